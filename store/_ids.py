@@ -1,0 +1,121 @@
+"""Time-sortable thread ids and ``T-…`` refs.
+
+An id is 26 characters of lowercase Crockford base32: 10 for the millisecond timestamp, 16 of
+randomness (80 bits). Ids made in one process are strictly increasing even within a millisecond,
+so sorting by id is sorting by creation time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+
+from .errors import RefSyntaxError
+
+_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
+_RANDOM_BITS = 80
+_lock = threading.Lock()
+_last: tuple[int, int] = (0, 0)
+
+ID_LENGTH = 26
+MIN_PREFIX = 4
+_ID_CHARS = re.compile(r"^[0-9a-hjkmnp-tv-z]+$")
+
+
+def _encode(value: int, length: int) -> str:
+    chars = []
+    for _ in range(length):
+        chars.append(_ALPHABET[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+def new_id() -> str:
+    """A new time-sortable id, monotonic within this process."""
+    global _last
+    with _lock:
+        ms = time.time_ns() // 1_000_000
+        last_ms, last_rand = _last
+        if ms <= last_ms:
+            ms, rand = last_ms, last_rand + 1
+        else:
+            rand = int.from_bytes(os.urandom(10), "big") >> 1  # leave headroom for increments
+        _last = (ms, rand)
+    return _encode(ms, 10) + _encode(rand & ((1 << _RANDOM_BITS) - 1), 16)
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadRef:
+    """``T-<id>``, optionally with a message anchor: ``#7``, ``#7-12`` or ``#7-``.
+
+    ``id`` may be a prefix of a full id (at least 4 characters); the store resolves it.
+    ``start``/``end`` are 1-based and inclusive; ``end=None`` with ``open_end`` means "to the end".
+    """
+
+    id: str
+    start: int | None = None
+    end: int | None = None
+    open_end: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> ThreadRef:
+        raw = text.strip()
+        body = raw[2:] if raw[:2] in ("T-", "t-") else raw
+        ident, sep, anchor = body.partition("#")
+        ident = ident.lower()
+        if len(ident) < MIN_PREFIX or len(ident) > ID_LENGTH or not _ID_CHARS.match(ident):
+            raise RefSyntaxError(
+                f"bad ref {text!r}: expected T-<id> with at least {MIN_PREFIX} id characters"
+                " (0-9, a-z without i, l, o, u), optionally #N, #A-B or #A-"
+            )
+        if not sep:
+            return cls(ident)
+        m = re.fullmatch(r"(\d+)(?:(-)(\d+)?)?", anchor)
+        if not m:
+            raise RefSyntaxError(f"bad ref {text!r}: the anchor must be #N, #A-B or #A-")
+        start = int(m.group(1))
+        if m.group(2) is None:
+            end: int | None = start
+            open_end = False
+        elif m.group(3) is None:
+            end, open_end = None, True
+        else:
+            end, open_end = int(m.group(3)), False
+        if start < 1 or (end is not None and end < start):
+            raise RefSyntaxError(f"bad ref {text!r}: message numbers start at 1 and A <= B")
+        return cls(ident, start, end, open_end)
+
+    @property
+    def has_anchor(self) -> bool:
+        return self.start is not None
+
+    @property
+    def thread(self) -> ThreadRef:
+        """The same ref without its anchor."""
+        return ThreadRef(self.id)
+
+    def with_id(self, full_id: str) -> ThreadRef:
+        return ThreadRef(full_id, self.start, self.end, self.open_end)
+
+    def __str__(self) -> str:
+        return format_ref(self.id, self.start, None if self.open_end else self.end, self.open_end)
+
+
+def format_ref(
+    thread_id: str, start: int | None = None, end: int | None = None, open_end: bool = False
+) -> str:
+    """``T-<id>``, ``T-<id>#n``, ``T-<id>#a-b`` or ``T-<id>#a-``."""
+    if start is None:
+        return f"T-{thread_id}"
+    if open_end:
+        return f"T-{thread_id}#{start}-"
+    if end is None or end == start:
+        return f"T-{thread_id}#{start}"
+    return f"T-{thread_id}#{start}-{end}"
+
+
+def is_full_id(ident: str) -> bool:
+    return len(ident) == ID_LENGTH and bool(_ID_CHARS.match(ident))

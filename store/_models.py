@@ -1,0 +1,253 @@
+"""The persisted shapes: content blocks, messages, thread info, usage and the distilled result.
+
+Content blocks follow the Anthropic Messages format, discriminated by ``type``. Every model is
+frozen and forbids unknown keys: what is stored is exactly what was validated. Cache-control
+markers are a request-time concern of the providers and never reach these models.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+
+from ._ids import format_ref
+
+CONTENT_FORMAT = 1
+"""Schema version of the content-block JSON stored in ``messages.content``."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TextBlock(_Frozen):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ThinkingBlock(_Frozen):
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str | None = None
+
+
+class ToolUseBlock(_Frozen):
+    type: Literal["tool_use"] = "tool_use"
+    id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolResultBlock(_Frozen):
+    type: Literal["tool_result"] = "tool_result"
+    tool_use_id: str = Field(min_length=1)
+    content: str | list[TextBlock] = ""
+    is_error: bool = False
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(b.text for b in self.content)
+
+
+ContentBlock = Annotated[
+    TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")
+]
+Role = Literal["user", "assistant"]
+
+CONTENT_ADAPTER: TypeAdapter[list[ContentBlock]] = TypeAdapter(list[ContentBlock])
+
+
+class NewMessage(_Frozen):
+    """A message to append: the store numbers it."""
+
+    role: Role
+    content: list[ContentBlock] = Field(min_length=1)
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_shorthand(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [{"type": "text", "text": value}]
+        return value
+
+    @classmethod
+    def user(cls, text: str) -> NewMessage:
+        return cls(role="user", content=[TextBlock(text=text)])
+
+    @classmethod
+    def assistant(cls, text: str) -> NewMessage:
+        return cls(role="assistant", content=[TextBlock(text=text)])
+
+    def tool_uses(self) -> list[ToolUseBlock]:
+        return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+    def tool_results(self) -> list[ToolResultBlock]:
+        return [b for b in self.content if isinstance(b, ToolResultBlock)]
+
+    @property
+    def text(self) -> str:
+        return "\n".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+
+class Message(NewMessage):
+    """A stored message. ``thread_id`` is the thread that owns the row: for an inherited message
+    of a fork it is the ancestor's id, while ``seq`` is the same in both."""
+
+    seq: int
+    thread_id: str
+    created_at: datetime
+
+
+class Status(StrEnum):
+    IDLE = "idle"
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({Status.DONE, Status.FAILED, Status.INTERRUPTED, Status.CANCELLED})
+TERMINAL_STATUSES: frozenset[Status] = _TERMINAL
+
+
+class Kind(StrEnum):
+    LEAD = "lead"
+    WORKER = "worker"
+    READER = "reader"
+
+
+class Usage(_Frozen):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
+            cache_creation_input_tokens=self.cache_creation_input_tokens
+            + other.cache_creation_input_tokens,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_read_input_tokens
+            + self.cache_creation_input_tokens
+        )
+
+    @property
+    def total_input(self) -> int:
+        return self.input_tokens + self.cache_read_input_tokens + self.cache_creation_input_tokens
+
+
+class Finding(_Frozen):
+    claim: str = Field(min_length=1)
+    evidence: list[str] = Field(default_factory=list)
+
+
+class Change(_Frozen):
+    path: str = Field(min_length=1)
+    action: Literal["added", "modified", "deleted"]
+
+
+class Verification(_Frozen):
+    command: str = Field(min_length=1)
+    outcome: str
+
+
+class Result(_Frozen):
+    """The distilled result a worker submits (SPEC §Distilled result), plus what the orchestrator
+    adds. ``extra`` keeps additions of later versions (branch, diff stat, …) without a migration."""
+
+    status: Literal["done", "partial", "failed", "blocked"]
+    summary: str = Field(max_length=2000)
+    findings: list[Finding] = Field(default_factory=list)
+    changes: list[Change] = Field(default_factory=list)
+    verification: list[Verification] = Field(default_factory=list)
+    negative_results: list[str] = Field(default_factory=list)
+    open_questions: list[str] = Field(default_factory=list)
+    ref: str | None = None
+    task: str | None = None
+    turns: int | None = None
+    usage: Usage | None = None
+    duration_s: float | None = None
+    dropped_evidence: int = 0
+    branch: str | None = None
+    diff_stat: str | None = None
+
+
+class ForkOrigin(_Frozen):
+    thread_id: str
+    at: int
+
+    @property
+    def ref(self) -> str:
+        return format_ref(self.thread_id)
+
+
+class ThreadInfo(_Frozen):
+    """A thread's metadata row (never its messages)."""
+
+    id: str
+    kind: Kind
+    title: str
+    status: Status
+    parent_id: str | None
+    forked_from: ForkOrigin | None
+    job_id: str
+    task: dict[str, Any] | None
+    system_prompt: str | None
+    tools: list[str]
+    model: str | None
+    result: Result | None
+    error: str | None
+    version: int
+    head_seq: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def ref(self) -> str:
+        return format_ref(self.id)
+
+    @property
+    def own_messages(self) -> int:
+        """Messages stored in this thread's own rows (a fork's inherited ones excluded)."""
+        return self.head_seq - (self.forked_from.at if self.forked_from else 0)
+
+
+class SearchHit(_Frozen):
+    thread_id: str
+    seq: int
+    snippet: str
+    role: Role
+
+    @property
+    def ref(self) -> str:
+        return format_ref(self.thread_id, self.seq)
+
+
+class UsageRecord(_Frozen):
+    """What one model response cost, recorded with the assistant message it produced."""
+
+    model: str
+    usage: Usage
+    cost_usd: float = 0.0

@@ -1,0 +1,66 @@
+"""The small protocol between the loop and a model provider.
+
+A provider turns one ``ModelRequest`` (system prompt, tool specs, the visible history in our
+content-block format) into one ``ModelResponse``. Providers are stateless across calls: the whole
+request is rebuilt from the stored transcript every time, which is what keeps the prompt prefix
+byte-identical across resume and fork.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from store import ContentBlock, NewMessage, Usage
+
+StopReason = Literal["end_turn", "tool_use", "max_tokens", "pause_turn", "refusal", "stop_sequence"]
+
+ORCHESTRATOR_TOOL_ID_PREFIX = "toolu_tl_"
+"""Tool-use ids of assistant turns written by the orchestrator itself (the first ``dispatch`` of a
+job's ``[[task]]`` entries) start with this; the scripted model does not count such turns."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """What the model sees of a tool."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    system: str
+    tools: Sequence[ToolSpec]
+    messages: Sequence[NewMessage]
+    max_tokens: int = 8192
+    thread_ref: str = ""
+    """``T-<id>`` of the thread being answered (the scripted model's ``{{thread}}``)."""
+    resolve_task_ref: Callable[[str], Awaitable[str | None]] | None = field(
+        default=None, compare=False
+    )
+    """Maps a task id of the same job to its worker's ref (the scripted model's ``{{ref:ID}}``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResponse:
+    content: list[ContentBlock]
+    stop_reason: StopReason
+    usage: Usage
+    model: str
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A model provider. ``spec`` is the spec string it was made from (``anthropic:…``)."""
+
+    @property
+    def spec(self) -> str: ...
+
+    async def complete(self, request: ModelRequest) -> ModelResponse: ...
+
+    def cost_usd(self, usage: Usage) -> float: ...
+
+    async def aclose(self) -> None: ...
