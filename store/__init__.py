@@ -1,5 +1,6 @@
 """The thread store: append-only transcripts, refs, forks by reference, search, usage, leases."""
 
+from ._db import Database, database_url
 from ._ids import ThreadRef, format_ref, new_id
 from ._models import (
     CONTENT_ADAPTER,
@@ -24,6 +25,7 @@ from ._models import (
     UsageRecord,
     Verification,
 )
+from ._store import Dispatch, ResolvedRef, Store, UsageTotal
 from .errors import (
     AmbiguousRef,
     ConcurrencyError,
@@ -48,9 +50,11 @@ __all__ = [
     "Change",
     "ConcurrencyError",
     "ContentBlock",
+    "Database",
     "DatabaseError",
     "DatabaseFull",
     "DatabaseUnavailable",
+    "Dispatch",
     "Finding",
     "ForkOrigin",
     "ForkPointError",
@@ -62,21 +66,26 @@ __all__ = [
     "NewMessage",
     "RefError",
     "RefSyntaxError",
+    "ResolvedRef",
     "Result",
     "Role",
     "SearchHit",
     "Status",
     "StatusError",
+    "Store",
     "StoreError",
     "TextBlock",
     "ThinkingBlock",
     "ThreadInfo",
+    "ThreadNotFound",
     "ThreadRef",
     "ToolResultBlock",
     "ToolUseBlock",
     "Usage",
     "UsageRecord",
+    "UsageTotal",
     "Verification",
+    "database_url",
     "format_ref",
     "new_id",
 ]

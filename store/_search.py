@@ -1,0 +1,116 @@
+"""The full-text index over message text: SQLite FTS5 or PostgreSQL tsvector + GIN.
+
+Rows are written in the same transaction as the message they index. Each message's searchable
+text is its text, thinking, tool names and inputs, and tool outputs; of a very large message only
+the first ``HEAD_CHARS`` and last ``TAIL_CHARS`` characters are indexed (PostgreSQL refuses a
+tsvector over 1 MB; the transcript itself always keeps everything).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ._models import (
+    ContentBlock,
+    SearchHit,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+
+HEAD_CHARS = 150_000
+TAIL_CHARS = 50_000
+SNIPPET_WORDS = 16
+
+
+def searchable_text(content: Sequence[ContentBlock]) -> str:
+    parts: list[str] = []
+    for b in content:
+        if isinstance(b, TextBlock):
+            parts.append(b.text)
+        elif isinstance(b, ThinkingBlock):
+            parts.append(b.thinking)
+        elif isinstance(b, ToolUseBlock):
+            parts.append(f"{b.name} {json.dumps(b.input, ensure_ascii=False)}")
+        elif isinstance(b, ToolResultBlock):
+            parts.append(b.text)
+    text = "\n".join(parts)
+    if len(text) > HEAD_CHARS + TAIL_CHARS:
+        text = text[:HEAD_CHARS] + "\n…\n" + text[-TAIL_CHARS:]
+    return text.replace("\x00", "")
+
+
+def index_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows for ``insert_statement`` from message rows carrying a ``_text`` key."""
+    return [{"thread_id": r["thread_id"], "seq": r["seq"], "text": r["_text"]} for r in rows]
+
+
+INSERT = sa.text("INSERT INTO messages_fts (text, thread_id, seq) VALUES (:text, :thread_id, :seq)")
+
+_TERM = re.compile(r'"([^"]*)"|(\S+)')
+
+
+def fts5_query(query: str) -> str:
+    """User text → an FTS5 query: every word (or "quoted phrase") must occur, punctuation is
+    literal (``foo.py:12`` searches the phrase foo py 12 rather than a column filter)."""
+    terms = []
+    for m in _TERM.finditer(query):
+        term = (m.group(1) if m.group(1) is not None else m.group(2)).replace('"', "")
+        if term.strip():
+            terms.append('"' + term + '"')
+    return " ".join(terms)
+
+
+async def search(
+    conn: AsyncConnection, query: str, *, job_id: str | None, limit: int
+) -> list[SearchHit]:
+    if conn.dialect.name == "sqlite":
+        q = fts5_query(query)
+        if not q:
+            return []
+        sql = (
+            "SELECT f.thread_id, f.seq, m.role,"
+            f" snippet(messages_fts, 0, '[', ']', '…', {SNIPPET_WORDS}) AS snip"
+            " FROM messages_fts f"
+            " JOIN messages m ON m.thread_id = f.thread_id AND m.seq = f.seq"
+            " JOIN threads t ON t.id = f.thread_id"
+            " WHERE messages_fts MATCH :q"
+            + (" AND t.job_id = :job" if job_id else "")
+            + " ORDER BY f.rank, f.thread_id DESC, f.seq LIMIT :n"
+        )
+    else:
+        q = query.strip()
+        if not q:
+            return []
+        sql = (
+            "SELECT f.thread_id, f.seq, m.role,"
+            " ts_headline('simple', f.text, qq,"
+            f" 'StartSel=[, StopSel=], MaxWords={SNIPPET_WORDS}, MinWords=6, MaxFragments=1')"
+            " AS snip"
+            " FROM messages_fts f CROSS JOIN websearch_to_tsquery('simple', :q) qq"
+            " JOIN messages m ON m.thread_id = f.thread_id AND m.seq = f.seq"
+            " JOIN threads t ON t.id = f.thread_id"
+            " WHERE f.tsv @@ qq"
+            + (" AND t.job_id = :job" if job_id else "")
+            + " ORDER BY ts_rank(f.tsv, qq) DESC, f.thread_id DESC, f.seq LIMIT :n"
+        )
+    params: dict[str, Any] = {"q": q, "n": limit}
+    if job_id:
+        params["job"] = job_id
+    rows = (await conn.execute(sa.text(sql), params)).all()
+    return [
+        SearchHit(
+            thread_id=r.thread_id,
+            seq=int(r.seq),
+            role=r.role,
+            snippet=" ".join(str(r.snip).split()),
+        )
+        for r in rows
+    ]

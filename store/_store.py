@@ -1,0 +1,960 @@
+"""The async store: the API everything above ``store`` uses.
+
+Writes are serialised through one writer per process. Appends are group-committed: appends that
+arrive while a transaction is running are validated and written together in the next one (one
+``BEGIN IMMEDIATE``, one multi-row insert per table), and each caller's await returns only after
+the transaction holding its messages has committed. Other writes run one transaction each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from . import _search
+from ._db import Database, finish_uncancelled, utcnow
+from ._ids import ThreadRef, format_ref, is_full_id, new_id
+from ._invariants import check_append
+from ._models import (
+    Kind,
+    Message,
+    NewMessage,
+    Result,
+    SearchHit,
+    Status,
+    ThreadInfo,
+    ToolUseBlock,
+    Usage,
+    UsageRecord,
+)
+from ._rows import MESSAGE_COLUMNS, THREAD_COLUMNS, message_from_row, thread_from_row
+from ._tables import dispatches, messages, threads, usage
+from .errors import (
+    AmbiguousRef,
+    ForkPointError,
+    InvariantError,
+    LeaseHeld,
+    StatusError,
+    StoreError,
+    ThreadNotFound,
+)
+
+T = TypeVar("T")
+
+_ALLOWED: dict[Status, frozenset[Status]] = {
+    Status.IDLE: frozenset({Status.QUEUED, Status.RUNNING, Status.CANCELLED}),
+    Status.QUEUED: frozenset({Status.RUNNING, Status.CANCELLED, Status.INTERRUPTED, Status.FAILED}),
+    Status.RUNNING: frozenset({Status.DONE, Status.FAILED, Status.INTERRUPTED, Status.CANCELLED}),
+}
+for _terminal in (Status.DONE, Status.FAILED, Status.INTERRUPTED, Status.CANCELLED):
+    # a finished thread can be resumed
+    _ALLOWED[_terminal] = frozenset({Status.QUEUED, Status.RUNNING})
+
+
+@dataclass(slots=True)
+class _PendingAppend:
+    thread_id: str
+    messages: Sequence[NewMessage]
+    usage: UsageRecord | None
+    future: asyncio.Future[list[Message]]
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedRef:
+    """A ref resolved to its thread; ``start``/``end`` are clamped to the thread's messages."""
+
+    thread: ThreadInfo
+    start: int | None
+    end: int | None
+
+    @property
+    def ref(self) -> str:
+        return format_ref(self.thread.id, self.start, self.end)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageTotal:
+    thread_id: str
+    usage: Usage
+    cost_usd: float
+    responses: int
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    lead_id: str
+    tool_use_id: str
+    task_index: int
+    task_key: str | None
+    worker_id: str
+    status: str
+
+
+@dataclass(slots=True)
+class _Ancestry:
+    """Immutable fork ancestry of a thread: [(thread_id, owns messages after this seq)]."""
+
+    chain: list[tuple[str, int]] = field(default_factory=list)
+
+
+class Store:
+    """Threads persisted as they happen. Open with ``await Store.open(url)`` or
+    ``async with Store.open(url) as store`` (the schema is upgraded to head on open)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._lock = asyncio.Lock()
+        self._pending: list[_PendingAppend] = []
+        self._ancestry: dict[str, list[tuple[str, int]]] = {}
+
+    @classmethod
+    async def open(
+        cls, url: str, *, create_dirs: bool = False, migrate: bool = True, synchronous: str = "FULL"
+    ) -> Store:
+        db = Database(url, create_dirs=create_dirs, synchronous=synchronous)
+        try:
+            if migrate:
+                await db.migrate()
+        except BaseException:
+            await db.dispose()
+            raise
+        return cls(db)
+
+    async def close(self) -> None:
+        await self.db.dispose()
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ----------------------------------------------------------------- write plumbing
+
+    async def _write(self, fn: Callable[[AsyncConnection], Awaitable[T]], *, where: str) -> T:
+        """One write transaction, serialised with every other write of this process, finished
+        even if the caller is cancelled once it has started."""
+        async with self._lock:
+            return await finish_uncancelled(self.db.write(fn, where=where))
+
+    # ----------------------------------------------------------------- threads
+
+    async def create_thread(
+        self,
+        *,
+        kind: Kind | str,
+        title: str = "",
+        parent_id: str | None = None,
+        job_id: str | None = None,
+        task: dict[str, Any] | None = None,
+        system_prompt: str | None = None,
+        tools: Sequence[str] = (),
+        model: str | None = None,
+        status: Status = Status.IDLE,
+        messages: Sequence[NewMessage] = (),
+        thread_id: str | None = None,
+    ) -> ThreadInfo:
+        """A new thread (a root of its own job unless ``job_id``/``parent_id`` say otherwise),
+        with ``messages`` appended in the same transaction."""
+        tid = thread_id or new_id()
+        pending = check_append((), 0, messages)
+        now = utcnow()
+
+        async def fn(conn: AsyncConnection) -> ThreadInfo:
+            job = job_id
+            if job is None and parent_id is not None:
+                job = await self._job_of(conn, parent_id)
+            await conn.execute(
+                threads.insert().values(
+                    id=tid,
+                    kind=str(Kind(kind)),
+                    title=title,
+                    status=str(status),
+                    parent_id=parent_id,
+                    job_id=job or tid,
+                    task=task,
+                    system_prompt=system_prompt,
+                    tools=list(tools),
+                    model=model,
+                    version=1,
+                    head_seq=len(messages),
+                    pending_tool_ids=list(pending),
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            await self._insert_messages(conn, tid, 1, messages, now)
+            return await self._thread(conn, tid)
+
+        return await self._write(fn, where="creating a thread")
+
+    async def _job_of(self, conn: AsyncConnection, thread_id: str) -> str:
+        row = (
+            await conn.execute(sa.select(threads.c.job_id).where(threads.c.id == thread_id))
+        ).first()
+        if row is None:
+            raise ThreadNotFound(f"no thread {format_ref(thread_id)}")
+        return str(row[0])
+
+    async def _insert_messages(
+        self,
+        conn: AsyncConnection,
+        thread_id: str,
+        first_seq: int,
+        msgs: Sequence[NewMessage],
+        now: Any,
+    ) -> list[Message]:
+        rows, out = _message_rows(thread_id, first_seq, msgs, now)
+        if rows:
+            await self._insert_message_rows(conn, rows)
+        return out
+
+    @staticmethod
+    async def _insert_message_rows(conn: AsyncConnection, rows: list[dict[str, Any]]) -> None:
+        await conn.execute(
+            messages.insert(), [{k: v for k, v in r.items() if k != "_text"} for r in rows]
+        )
+        await conn.execute(_search.INSERT, _search.index_rows(rows))
+
+    async def _thread(self, conn: AsyncConnection, thread_id: str) -> ThreadInfo:
+        row = (
+            await conn.execute(sa.select(*THREAD_COLUMNS).where(threads.c.id == thread_id))
+        ).first()
+        if row is None:
+            raise ThreadNotFound(f"no thread {format_ref(thread_id)}")
+        return thread_from_row(row)
+
+    async def get_thread(self, thread_id: str) -> ThreadInfo:
+        return await self.db.read(lambda c: self._thread(c, thread_id), where="reading a thread")
+
+    # ----------------------------------------------------------------- appends (group commit)
+
+    async def append(
+        self,
+        thread_id: str,
+        msgs: Sequence[NewMessage] | NewMessage,
+        *,
+        usage: UsageRecord | None = None,
+    ) -> list[Message]:
+        """Append messages (numbered after the thread's head) in one transaction, with the
+        usage row of the model response that produced them. Returns the stored messages once
+        committed. Raises ``InvariantError`` when the pairing invariant would break; nothing of
+        that call is stored then."""
+        batch = [msgs] if isinstance(msgs, NewMessage) else list(msgs)
+        if not batch:
+            return []
+        loop = asyncio.get_running_loop()
+        item = _PendingAppend(thread_id, batch, usage, loop.create_future())
+        item.future.add_done_callback(_consume)
+        self._pending.append(item)
+        try:
+            async with self._lock:
+                if not item.future.done() and self._pending:
+                    taken, self._pending = self._pending, []
+                    await finish_uncancelled(self._commit_appends(taken))
+        except asyncio.CancelledError:
+            if item in self._pending:  # never taken: it will not be written later either
+                self._pending.remove(item)
+            raise
+        return item.future.result()
+
+    async def _commit_appends(self, batch: list[_PendingAppend]) -> None:
+        try:
+            outcomes = await self.db.write(
+                lambda c: self._apply_appends(c, batch), where="appending messages"
+            )
+        except Exception as err:  # the whole transaction failed: every caller hears why
+            for p in batch:
+                if not p.future.done():
+                    p.future.set_exception(err)
+            return
+        for p, outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                p.future.set_exception(outcome)
+            else:
+                p.future.set_result(outcome)
+
+    async def _apply_appends(
+        self, conn: AsyncConnection, batch: list[_PendingAppend]
+    ) -> list[list[Message] | StoreError]:
+        ids = sorted({p.thread_id for p in batch})
+        q = sa.select(threads.c.id, threads.c.head_seq, threads.c.pending_tool_ids).where(
+            threads.c.id.in_(ids)
+        )
+        if conn.dialect.name == "postgresql":
+            q = q.with_for_update()
+        state = {
+            r.id: (int(r.head_seq), tuple(r.pending_tool_ids or ())) for r in await conn.execute(q)
+        }
+        now = utcnow()
+        outcomes: list[list[Message] | StoreError] = []
+        msg_rows: list[dict[str, Any]] = []
+        usage_rows: list[dict[str, Any]] = []
+        stored: list[Message] = []
+        for p in batch:
+            st = state.get(p.thread_id)
+            if st is None:
+                outcomes.append(ThreadNotFound(f"no thread {format_ref(p.thread_id)}"))
+                continue
+            head, pending = st
+            try:
+                new_pending = check_append(pending, head, p.messages)
+            except InvariantError as err:
+                outcomes.append(InvariantError(f"{format_ref(p.thread_id)}: {err}"))
+                continue
+            rows, out = _message_rows(p.thread_id, head + 1, p.messages, now)
+            msg_rows.extend(rows)
+            if p.usage is not None:
+                last_assistant = next(
+                    (x.seq for x in reversed(out) if x.role == "assistant"), out[-1].seq
+                )
+                usage_rows.append(_usage_row(p.thread_id, last_assistant, p.usage, now))
+            state[p.thread_id] = (head + len(p.messages), new_pending)
+            stored.extend(out)
+            outcomes.append(out)
+        if msg_rows:
+            await self._insert_message_rows(conn, msg_rows)
+            touched = {m.thread_id for m in stored}
+            await conn.execute(
+                threads.update()
+                .where(threads.c.id == sa.bindparam("b_id"))
+                .values(
+                    head_seq=sa.bindparam("b_head"),
+                    pending_tool_ids=sa.bindparam("b_pending", type_=sa.JSON),
+                    version=threads.c.version + 1,
+                    updated_at=now,
+                ),
+                [
+                    {"b_id": tid, "b_head": state[tid][0], "b_pending": list(state[tid][1])}
+                    for tid in sorted(touched)
+                ],
+            )
+        if usage_rows:
+            await conn.execute(usage.insert(), usage_rows)
+        return outcomes
+
+    async def record_usage(
+        self, thread_id: str, record: UsageRecord, *, seq: int | None = None
+    ) -> None:
+        """A usage row not tied to an appended message (e.g. a response that was discarded)."""
+        now = utcnow()
+
+        async def fn(conn: AsyncConnection) -> None:
+            await conn.execute(usage.insert().values(**_usage_row(thread_id, seq, record, now)))
+
+        await self._write(fn, where="recording usage")
+
+    # ----------------------------------------------------------------- reading messages
+
+    async def _chain(
+        self, conn: AsyncConnection, thread_id: str
+    ) -> tuple[int, list[tuple[str, int]]]:
+        """(head_seq, [(owner, owns seqs after this)…] from the thread itself up its fork
+        ancestry). Ancestry never changes, so it is cached; the head is read every time."""
+        row = (
+            await conn.execute(
+                sa.select(
+                    threads.c.head_seq, threads.c.forked_from_id, threads.c.forked_at_seq
+                ).where(threads.c.id == thread_id)
+            )
+        ).first()
+        if row is None:
+            raise ThreadNotFound(f"no thread {format_ref(thread_id)}")
+        chain = self._ancestry.get(thread_id)
+        if chain is None:
+            chain = [(thread_id, int(row.forked_at_seq or 0))]
+            parent = row.forked_from_id
+            while parent is not None:
+                prow = (
+                    await conn.execute(
+                        sa.select(threads.c.forked_from_id, threads.c.forked_at_seq).where(
+                            threads.c.id == parent
+                        )
+                    )
+                ).one()
+                chain.append((parent, int(prow.forked_at_seq or 0)))
+                parent = prow.forked_from_id
+            self._ancestry[thread_id] = chain
+        return int(row.head_seq), chain
+
+    async def _read_range(
+        self, conn: AsyncConnection, thread_id: str, start: int, end: int | None
+    ) -> list[Message]:
+        head, chain = await self._chain(conn, thread_id)
+        hi = head if end is None else min(end, head)
+        out: list[Message] = []
+        upper = hi
+        for owner, after in chain:
+            lo_seg, hi_seg = max(start, after + 1), upper
+            if lo_seg <= hi_seg:
+                rows = await conn.execute(
+                    sa.select(*MESSAGE_COLUMNS)
+                    .where(messages.c.thread_id == owner, messages.c.seq.between(lo_seg, hi_seg))
+                    .order_by(messages.c.seq)
+                )
+                out[:0] = [message_from_row(r) for r in rows]
+            upper = after
+            if upper < start:
+                break
+        return out
+
+    async def messages(
+        self, thread_id: str, *, start: int = 1, end: int | None = None
+    ) -> list[Message]:
+        """The visible history of a thread (inherited messages of a fork included), or the
+        range ``start..end`` (inclusive; ``end=None`` means to the end)."""
+        return await self.db.read(
+            lambda c: self._read_range(c, thread_id, start, end), where="reading messages"
+        )
+
+    async def read(self, ref: str | ThreadRef) -> tuple[ThreadInfo, list[Message]]:
+        """A ref's thread and its messages (the ref's range, or the whole history)."""
+        resolved = await self.resolve(ref)
+
+        async def fn(conn: AsyncConnection) -> tuple[ThreadInfo, list[Message]]:
+            info = await self._thread(conn, resolved.thread.id)
+            msgs = await self._read_range(conn, info.id, resolved.start or 1, resolved.end)
+            return info, msgs
+
+        return await self.db.read(fn, where="reading a thread")
+
+    async def message(self, thread_id: str, seq: int) -> Message:
+        msgs = await self.messages(thread_id, start=seq, end=seq)
+        if not msgs:
+            raise ThreadNotFound(f"{format_ref(thread_id)} has no message #{seq}")
+        return msgs[0]
+
+    # ----------------------------------------------------------------- refs
+
+    async def resolve(self, ref: str | ThreadRef) -> ResolvedRef:
+        """A ref or unique id prefix → its thread (and range). Ambiguous prefixes raise
+        ``AmbiguousRef`` listing the candidates; anchors past the end raise ``ThreadNotFound``."""
+        parsed = ThreadRef.parse(ref) if isinstance(ref, str) else ref
+
+        async def fn(conn: AsyncConnection) -> ThreadInfo:
+            if is_full_id(parsed.id):
+                return await self._thread(conn, parsed.id)
+            rows = (
+                await conn.execute(
+                    sa.select(*THREAD_COLUMNS)
+                    .where(threads.c.id >= parsed.id, threads.c.id < parsed.id + "~")
+                    .order_by(threads.c.id)
+                    .limit(11)
+                )
+            ).all()
+            if not rows:
+                raise ThreadNotFound(f"no thread matches {format_ref(parsed.id)}")
+            if len(rows) > 1:
+                cands = [format_ref(r.id) for r in rows[:10]]
+                more = " …" if len(rows) > 10 else ""
+                raise AmbiguousRef(
+                    f"{format_ref(parsed.id)} is ambiguous: {', '.join(cands)}{more}", cands
+                )
+            return thread_from_row(rows[0])
+
+        info = await self.db.read(fn, where="resolving a ref")
+        if parsed.start is None:
+            return ResolvedRef(info, None, None)
+        if parsed.start > info.head_seq:
+            raise ThreadNotFound(
+                f"{format_ref(info.id, parsed.start)}: the thread has {info.head_seq} messages"
+            )
+        end = (
+            info.head_seq
+            if parsed.open_end or parsed.end is None
+            else min(parsed.end, info.head_seq)
+        )
+        if parsed.end is not None and not parsed.open_end and parsed.end > info.head_seq:
+            raise ThreadNotFound(
+                f"{format_ref(info.id, parsed.start, parsed.end)}: the thread has"
+                f" {info.head_seq} messages"
+            )
+        return ResolvedRef(info, parsed.start, end)
+
+    # ----------------------------------------------------------------- forks
+
+    async def fork(
+        self,
+        source_id: str,
+        *,
+        at: int | None = None,
+        title: str | None = None,
+        parent_id: str | None = None,
+        status: Status = Status.IDLE,
+        messages: Sequence[NewMessage] = (),
+    ) -> ThreadInfo:
+        """A new thread sharing ``source_id``'s history up to message ``at`` (default: its end).
+
+        Stores one thread row and no message rows, whatever the history's length. Refuses a
+        point between a tool_use and its result, naming the nearest valid points."""
+        tid = new_id()
+        now = utcnow()
+
+        async def fn(conn: AsyncConnection) -> ThreadInfo:
+            src = await self._thread(conn, source_id)
+            point = src.head_seq if at is None else at
+            if point < 1 or point > src.head_seq:
+                raise ForkPointError(
+                    f"cannot fork {src.ref} at #{point}: it has messages 1..{src.head_seq}"
+                )
+            if point == src.head_seq and not src.head_seq:
+                raise ForkPointError(f"cannot fork {src.ref}: it has no messages")
+            msgs = await self._read_range(conn, src.id, point, min(point + 1, src.head_seq))
+            at_msg = msgs[0]
+            if any(isinstance(b, ToolUseBlock) for b in at_msg.content):
+                valid = [str(point - 1)] if point > 1 else []
+                if len(msgs) > 1:
+                    valid.append(str(point + 1))
+                hint = f"; the nearest valid points are #{' and #'.join(valid)}" if valid else ""
+                raise ForkPointError(
+                    f"cannot fork {src.ref} at #{point}: message {point} has tool calls whose"
+                    f" results are in #{point + 1}{hint}"
+                )
+            pending = check_append((), point, messages) if messages else ()
+            await conn.execute(
+                threads.insert().values(
+                    id=tid,
+                    kind=str(src.kind),
+                    title=title
+                    if title is not None
+                    else (f"fork of {src.title}" if src.title else "fork"),
+                    status=str(status),
+                    parent_id=parent_id,
+                    forked_from_id=src.id,
+                    forked_at_seq=point,
+                    job_id=src.job_id,
+                    task=src.task,
+                    system_prompt=src.system_prompt,
+                    tools=list(src.tools),
+                    model=src.model,
+                    version=1,
+                    head_seq=point + len(messages),
+                    pending_tool_ids=list(pending),
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            await self._insert_messages(conn, tid, point + 1, messages, now)
+            return await self._thread(conn, tid)
+
+        return await self._write(fn, where="forking a thread")
+
+    # ----------------------------------------------------------------- listing and lineage
+
+    async def list_threads(
+        self,
+        *,
+        job_id: str | None = None,
+        status: Status | str | None = None,
+        kind: Kind | str | None = None,
+        parent_id: str | None = None,
+        forked_from_id: str | None = None,
+        limit: int | None = None,
+        oldest_first: bool = False,
+    ) -> list[ThreadInfo]:
+        q = sa.select(*THREAD_COLUMNS)
+        if job_id is not None:
+            q = q.where(threads.c.job_id == job_id)
+        if status is not None:
+            q = q.where(threads.c.status == str(Status(status)))
+        if kind is not None:
+            q = q.where(threads.c.kind == str(Kind(kind)))
+        if parent_id is not None:
+            q = q.where(threads.c.parent_id == parent_id)
+        if forked_from_id is not None:
+            q = q.where(threads.c.forked_from_id == forked_from_id)
+        q = q.order_by(threads.c.id if oldest_first else threads.c.id.desc())
+        if limit is not None:
+            q = q.limit(limit)
+
+        async def fn(conn: AsyncConnection) -> list[ThreadInfo]:
+            return [thread_from_row(r) for r in await conn.execute(q)]
+
+        return await self.db.read(fn, where="listing threads")
+
+    async def children(self, thread_id: str) -> list[ThreadInfo]:
+        """Threads spawned by ``thread_id`` (spawn edges), oldest first."""
+        return await self.list_threads(parent_id=thread_id, oldest_first=True)
+
+    async def forks(self, thread_id: str) -> list[ThreadInfo]:
+        """Threads forked from ``thread_id`` (fork edges), oldest first."""
+        return await self.list_threads(forked_from_id=thread_id, oldest_first=True)
+
+    async def job_tree(self, job_id: str) -> list[ThreadInfo]:
+        """Every thread of a job, oldest first (the lead, its workers, forks, readers…)."""
+        return await self.list_threads(job_id=job_id, oldest_first=True)
+
+    # ----------------------------------------------------------------- status and results
+
+    async def set_status(
+        self,
+        thread_id: str,
+        status: Status,
+        *,
+        error: str | None = None,
+        result: Result | None = None,
+        expect: Iterable[Status] | None = None,
+    ) -> ThreadInfo:
+        """Move a thread to ``status`` along the state machine. Writing the terminal status a
+        thread already has is a no-op (idempotent); the write completes even if the caller is
+        cancelled meanwhile. ``expect`` refuses the change unless the current status is one of
+        those (compare-and-set)."""
+        status = Status(status)
+        expected = None if expect is None else {Status(s) for s in expect}
+        now = utcnow()
+
+        async def fn(conn: AsyncConnection) -> ThreadInfo:
+            info = await self._thread(conn, thread_id)
+            if expected is not None and info.status not in expected:
+                raise StatusError(
+                    f"{info.ref} is {info.status}, expected {' or '.join(sorted(expected))}"
+                )
+            if info.status == status and status.terminal:
+                return info
+            if info.status != status and status not in _ALLOWED[info.status]:
+                raise StatusError(f"{info.ref}: cannot go from {info.status} to {status}")
+            values: dict[str, Any] = {
+                "status": str(status),
+                "updated_at": now,
+                "version": threads.c.version + 1,
+            }
+            if error is not None or status in (Status.RUNNING, Status.QUEUED):
+                values["error"] = error
+            if result is not None:
+                values["result"] = result.model_dump(mode="json", exclude_none=True)
+            await conn.execute(threads.update().where(threads.c.id == thread_id).values(**values))
+            return await self._thread(conn, thread_id)
+
+        return await self._write(fn, where="setting a status")
+
+    async def set_result(self, thread_id: str, result: Result) -> None:
+        now = utcnow()
+        payload = result.model_dump(mode="json", exclude_none=True)
+
+        async def fn(conn: AsyncConnection) -> None:
+            res = await conn.execute(
+                threads.update()
+                .where(threads.c.id == thread_id)
+                .values(result=payload, updated_at=now, version=threads.c.version + 1)
+            )
+            if res.rowcount == 0:
+                raise ThreadNotFound(f"no thread {format_ref(thread_id)}")
+
+        await self._write(fn, where="storing a result")
+
+    async def update_thread(
+        self,
+        thread_id: str,
+        *,
+        title: str | None = None,
+        model: str | None = None,
+        system_prompt: str | None = None,
+        tools: Sequence[str] | None = None,
+        task: dict[str, Any] | None = None,
+    ) -> ThreadInfo:
+        """Metadata edits (never messages)."""
+        values: dict[str, Any] = {}
+        for key, value in (
+            ("title", title),
+            ("model", model),
+            ("system_prompt", system_prompt),
+            ("task", task),
+        ):
+            if value is not None:
+                values[key] = value
+        if tools is not None:
+            values["tools"] = list(tools)
+
+        async def fn(conn: AsyncConnection) -> ThreadInfo:
+            if values:
+                await conn.execute(
+                    threads.update()
+                    .where(threads.c.id == thread_id)
+                    .values(**values, updated_at=utcnow(), version=threads.c.version + 1)
+                )
+            return await self._thread(conn, thread_id)
+
+        return await self._write(fn, where="updating a thread")
+
+    # ----------------------------------------------------------------- usage
+
+    async def usage_totals(
+        self, *, thread_id: str | None = None, job_id: str | None = None
+    ) -> list[UsageTotal]:
+        """Usage summed per thread (SQL sums of the usage rows): of one thread, of every thread
+        of a job, or of every thread."""
+        cols = [
+            usage.c.thread_id,
+            sa.func.coalesce(sa.func.sum(usage.c.input_tokens), 0),
+            sa.func.coalesce(sa.func.sum(usage.c.output_tokens), 0),
+            sa.func.coalesce(sa.func.sum(usage.c.cache_read_input_tokens), 0),
+            sa.func.coalesce(sa.func.sum(usage.c.cache_creation_input_tokens), 0),
+            sa.func.coalesce(sa.func.sum(usage.c.cost_usd), 0.0),
+            sa.func.count(),
+        ]
+        q = sa.select(*cols).group_by(usage.c.thread_id).order_by(usage.c.thread_id)
+        if thread_id is not None:
+            q = q.where(usage.c.thread_id == thread_id)
+        if job_id is not None:
+            q = q.join(threads, threads.c.id == usage.c.thread_id).where(threads.c.job_id == job_id)
+
+        async def fn(conn: AsyncConnection) -> list[UsageTotal]:
+            return [
+                UsageTotal(
+                    thread_id=r[0],
+                    usage=Usage(
+                        input_tokens=int(r[1]),
+                        output_tokens=int(r[2]),
+                        cache_read_input_tokens=int(r[3]),
+                        cache_creation_input_tokens=int(r[4]),
+                    ),
+                    cost_usd=float(r[5]),
+                    responses=int(r[6]),
+                )
+                for r in await conn.execute(q)
+            ]
+
+        return await self.db.read(fn, where="summing usage")
+
+    async def thread_usage(self, thread_id: str) -> Usage:
+        rows = await self.usage_totals(thread_id=thread_id)
+        return rows[0].usage if rows else Usage()
+
+    async def job_usage(self, job_id: str) -> Usage:
+        total = Usage()
+        for row in await self.usage_totals(job_id=job_id):
+            total = total + row.usage
+        return total
+
+    # ----------------------------------------------------------------- leases
+
+    async def acquire_lease(self, thread_id: str, owner: str, *, ttl_s: float = 60.0) -> None:
+        """Make ``owner`` the one runner of the thread until the lease expires (renew it while
+        running). Raises ``LeaseHeld`` when another owner holds a lease that has not expired."""
+        now = utcnow()
+
+        async def fn(conn: AsyncConnection) -> None:
+            res = await conn.execute(
+                threads.update()
+                .where(
+                    threads.c.id == thread_id,
+                    sa.or_(
+                        threads.c.lease_owner.is_(None),
+                        threads.c.lease_owner == owner,
+                        threads.c.lease_expires_at < now,
+                    ),
+                )
+                .values(lease_owner=owner, lease_expires_at=now + timedelta(seconds=ttl_s))
+            )
+            if res.rowcount == 1:
+                return
+            info = await self._thread(conn, thread_id)
+            raise LeaseHeld(
+                f"{info.ref} is being run by {info.lease_owner} (lease until"
+                f" {info.lease_expires_at:%H:%M:%S} UTC); wait for it or stop that process",
+                info.lease_owner,
+            )
+
+        await self._write(fn, where="acquiring a lease")
+
+    async def renew_lease(self, thread_id: str, owner: str, *, ttl_s: float = 60.0) -> bool:
+        """Extend the lease; False when ``owner`` no longer holds it."""
+        now = utcnow()
+
+        async def fn(conn: AsyncConnection) -> bool:
+            res = await conn.execute(
+                threads.update()
+                .where(threads.c.id == thread_id, threads.c.lease_owner == owner)
+                .values(lease_expires_at=now + timedelta(seconds=ttl_s))
+            )
+            return bool(res.rowcount == 1)
+
+        return await self._write(fn, where="renewing a lease")
+
+    async def release_lease(self, thread_id: str, owner: str) -> None:
+        async def fn(conn: AsyncConnection) -> None:
+            await conn.execute(
+                threads.update()
+                .where(threads.c.id == thread_id, threads.c.lease_owner == owner)
+                .values(lease_owner=None, lease_expires_at=None)
+            )
+
+        await self._write(fn, where="releasing a lease")
+
+    async def stale_leases(self) -> list[ThreadInfo]:
+        """Threads whose runner's lease expired without being released (the runner died)."""
+        now = utcnow()
+        q = sa.select(*THREAD_COLUMNS).where(
+            threads.c.lease_owner.is_not(None), threads.c.lease_expires_at < now
+        )
+
+        async def fn(conn: AsyncConnection) -> list[ThreadInfo]:
+            return [thread_from_row(r) for r in await conn.execute(q)]
+
+        return await self.db.read(fn, where="finding stale leases")
+
+    # ----------------------------------------------------------------- dispatches
+
+    async def spawn(
+        self,
+        *,
+        lead_id: str,
+        tool_use_id: str,
+        task_index: int,
+        task_key: str | None,
+        kind: Kind = Kind.WORKER,
+        title: str = "",
+        task: dict[str, Any] | None = None,
+        system_prompt: str | None = None,
+        tools: Sequence[str] = (),
+        model: str | None = None,
+        messages: Sequence[NewMessage] = (),
+    ) -> tuple[ThreadInfo, bool]:
+        """The worker thread for task ``task_index`` of the lead's ``tool_use_id``: created with
+        its dispatch row in one transaction, or — when that dispatch already exists (a replayed
+        lead turn) — the existing worker. Returns (thread, created)."""
+        tid = new_id()
+        now = utcnow()
+        pending = check_append((), 0, messages)
+
+        async def fn(conn: AsyncConnection) -> tuple[ThreadInfo, bool]:
+            row = (
+                await conn.execute(
+                    sa.select(dispatches.c.worker_id).where(
+                        dispatches.c.lead_id == lead_id,
+                        dispatches.c.tool_use_id == tool_use_id,
+                        dispatches.c.task_index == task_index,
+                    )
+                )
+            ).first()
+            if row is not None:
+                return await self._thread(conn, row.worker_id), False
+            job = await self._job_of(conn, lead_id)
+            await conn.execute(
+                threads.insert().values(
+                    id=tid,
+                    kind=str(kind),
+                    title=title,
+                    status=str(Status.QUEUED),
+                    parent_id=lead_id,
+                    job_id=job,
+                    task=task,
+                    system_prompt=system_prompt,
+                    tools=list(tools),
+                    model=model,
+                    version=1,
+                    head_seq=len(messages),
+                    pending_tool_ids=list(pending),
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            await self._insert_messages(conn, tid, 1, messages, now)
+            await conn.execute(
+                dispatches.insert().values(
+                    lead_id=lead_id,
+                    tool_use_id=tool_use_id,
+                    task_index=task_index,
+                    task_key=task_key,
+                    worker_id=tid,
+                    status=str(Status.QUEUED),
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            return await self._thread(conn, tid), True
+
+        return await self._write(fn, where="spawning a worker")
+
+    async def dispatches_of(self, lead_id: str, tool_use_id: str | None = None) -> list[Dispatch]:
+        q = sa.select(dispatches).where(dispatches.c.lead_id == lead_id)
+        if tool_use_id is not None:
+            q = q.where(dispatches.c.tool_use_id == tool_use_id)
+        q = q.order_by(dispatches.c.id)
+
+        async def fn(conn: AsyncConnection) -> list[Dispatch]:
+            return [
+                Dispatch(r.lead_id, r.tool_use_id, r.task_index, r.task_key, r.worker_id, r.status)
+                for r in await conn.execute(q)
+            ]
+
+        return await self.db.read(fn, where="reading dispatches")
+
+    async def set_dispatch_status(self, worker_id: str, status: str) -> None:
+        now = utcnow()
+
+        async def fn(conn: AsyncConnection) -> None:
+            await conn.execute(
+                dispatches.update()
+                .where(dispatches.c.worker_id == worker_id)
+                .values(status=status, updated_at=now)
+            )
+
+        await self._write(fn, where="updating a dispatch")
+
+    # ----------------------------------------------------------------- search
+
+    async def search(
+        self, query: str, *, job_id: str | None = None, limit: int = 20
+    ) -> list[SearchHit]:
+        """Full-text search over every message of every thread: hits as ``T-…#seq`` with a
+        one-line snippet, best first."""
+        return await self.db.read(
+            lambda c: _search.search(c, query, job_id=job_id, limit=limit), where="searching"
+        )
+
+
+def _usage_row(thread_id: str, seq: int | None, rec: UsageRecord, now: Any) -> dict[str, Any]:
+    u = rec.usage
+    return {
+        "thread_id": thread_id,
+        "seq": seq,
+        "model": rec.model,
+        "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens,
+        "cache_read_input_tokens": u.cache_read_input_tokens,
+        "cache_creation_input_tokens": u.cache_creation_input_tokens,
+        "cost_usd": rec.cost_usd,
+        "created_at": now,
+    }
+
+
+def _message_rows(
+    thread_id: str, first_seq: int, msgs: Sequence[NewMessage], now: Any
+) -> tuple[list[dict[str, Any]], list[Message]]:
+    """Rows for ``messages`` (with their search text under ``_text``) and the stored models."""
+    rows: list[dict[str, Any]] = []
+    out: list[Message] = []
+    for i, m in enumerate(msgs):
+        seq = first_seq + i
+        content = [b.model_dump(mode="json", exclude_none=True) for b in m.content]
+        rows.append(
+            {
+                "thread_id": thread_id,
+                "seq": seq,
+                "role": m.role,
+                "content": json.dumps(content, ensure_ascii=False, separators=(",", ":")),
+                "format": 1,
+                "created_at": now,
+                "_text": _search.searchable_text(m.content),
+            }
+        )
+        out.append(
+            Message.model_construct(
+                thread_id=thread_id, seq=seq, role=m.role, content=list(m.content), created_at=now
+            )
+        )
+    return rows, out
+
+
+def _consume(fut: asyncio.Future[Any]) -> None:
+    # an append whose caller was cancelled may still fail later; don't log "never retrieved"
+    if not fut.cancelled():
+        fut.exception()

@@ -1,0 +1,100 @@
+"""SQL tables (SQLAlchemy Core). The Alembic revisions under ``migrations/`` are the schema
+authority; a test checks these definitions and the migrated schema agree.
+
+The full-text index (``messages_fts``) is dialect-specific (SQLite FTS5, PostgreSQL tsvector)
+and lives outside this metadata, created by the migration and written by ``store._search``.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+ID = sa.String(26)
+TS = sa.DateTime(timezone=True)
+
+threads = sa.Table(
+    "threads",
+    metadata,
+    sa.Column("id", ID, primary_key=True),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("title", sa.Text, nullable=False, server_default=""),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("parent_id", ID, sa.ForeignKey("threads.id"), nullable=True),
+    sa.Column("forked_from_id", ID, sa.ForeignKey("threads.id"), nullable=True),
+    sa.Column("forked_at_seq", sa.Integer, nullable=True),
+    sa.Column("job_id", ID, nullable=False),
+    sa.Column("task", sa.JSON, nullable=True),
+    sa.Column("system_prompt", sa.Text, nullable=True),
+    sa.Column("tools", sa.JSON, nullable=False),
+    sa.Column("model", sa.String(200), nullable=True),
+    sa.Column("result", sa.JSON, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("version", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("head_seq", sa.Integer, nullable=False, server_default="0"),
+    # tool_use ids of the newest message still waiting for their results (the pairing
+    # invariant's state, kept so an append validates without reading the previous message)
+    sa.Column("pending_tool_ids", sa.JSON, nullable=False),
+    sa.Column("lease_owner", sa.String(200), nullable=True),
+    sa.Column("lease_expires_at", TS, nullable=True),
+    sa.Column("created_at", TS, nullable=False),
+    sa.Column("updated_at", TS, nullable=False),
+    sa.Index(None, "job_id"),
+    sa.Index(None, "parent_id"),
+    sa.Index(None, "forked_from_id"),
+    sa.Index(None, "status"),
+)
+
+messages = sa.Table(
+    "messages",
+    metadata,
+    sa.Column("thread_id", ID, sa.ForeignKey("threads.id"), primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True),
+    sa.Column("role", sa.String(16), nullable=False),
+    # JSON text of the content blocks, validated straight from the text by pydantic on read
+    sa.Column("content", sa.Text, nullable=False),
+    sa.Column("format", sa.SmallInteger, nullable=False, server_default="1"),
+    sa.Column("created_at", TS, nullable=False),
+)
+
+usage = sa.Table(
+    "usage",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("thread_id", ID, sa.ForeignKey("threads.id"), nullable=False),
+    sa.Column("seq", sa.Integer, nullable=True),
+    sa.Column("model", sa.String(200), nullable=False),
+    sa.Column("input_tokens", sa.BigInteger, nullable=False),
+    sa.Column("output_tokens", sa.BigInteger, nullable=False),
+    sa.Column("cache_read_input_tokens", sa.BigInteger, nullable=False),
+    sa.Column("cache_creation_input_tokens", sa.BigInteger, nullable=False),
+    sa.Column("cost_usd", sa.Float, nullable=False),
+    sa.Column("created_at", TS, nullable=False),
+    sa.Index(None, "thread_id"),
+)
+
+dispatches = sa.Table(
+    "dispatches",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("lead_id", ID, sa.ForeignKey("threads.id"), nullable=False),
+    sa.Column("tool_use_id", sa.String(200), nullable=False),
+    sa.Column("task_index", sa.Integer, nullable=False),
+    sa.Column("task_key", sa.String(200), nullable=True),
+    sa.Column("worker_id", ID, sa.ForeignKey("threads.id"), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("created_at", TS, nullable=False),
+    sa.Column("updated_at", TS, nullable=False),
+    sa.UniqueConstraint("lead_id", "tool_use_id", "task_index"),
+    sa.Index(None, "worker_id"),
+)
+
+FTS_TABLE = "messages_fts"
