@@ -55,17 +55,33 @@ def index_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 INSERT = sa.text("INSERT INTO messages_fts (text, thread_id, seq) VALUES (:text, :thread_id, :seq)")
 
 _TERM = re.compile(r'"([^"]*)"|(\S+)')
+_WORD = re.compile(r"[^\W_]+")
+
+
+def _terms(query: str) -> list[str]:
+    out = []
+    for m in _TERM.finditer(query):
+        term = m.group(1) if m.group(1) is not None else m.group(2)
+        if term and term.strip():
+            out.append(term)
+    return out
+
+
+def tsquery(query: str) -> str:
+    """User text → a PostgreSQL ``to_tsquery`` string with the same meaning as ``fts5_query``:
+    punctuation splits words (as in the indexed text), a term's words must be adjacent."""
+    parts = []
+    for term in _terms(query):
+        words = [w.lower() for w in _WORD.findall(term)]
+        if words:
+            parts.append("(" + " <-> ".join(f"'{w}'" for w in words) + ")")
+    return " & ".join(parts)
 
 
 def fts5_query(query: str) -> str:
     """User text → an FTS5 query: every word (or "quoted phrase") must occur, punctuation is
     literal (``foo.py:12`` searches the phrase foo py 12 rather than a column filter)."""
-    terms = []
-    for m in _TERM.finditer(query):
-        term = (m.group(1) if m.group(1) is not None else m.group(2)).replace('"', "")
-        if term.strip():
-            terms.append('"' + term + '"')
-    return " ".join(terms)
+    return " ".join('"' + t.replace('"', "") + '"' for t in _terms(query))
 
 
 async def search(
@@ -86,7 +102,7 @@ async def search(
             + " ORDER BY f.rank, f.thread_id DESC, f.seq LIMIT :n"
         )
     else:
-        q = query.strip()
+        q = tsquery(query)
         if not q:
             return []
         sql = (
@@ -94,7 +110,7 @@ async def search(
             " ts_headline('simple', f.text, qq,"
             f" 'StartSel=[, StopSel=], MaxWords={SNIPPET_WORDS}, MinWords=6, MaxFragments=1')"
             " AS snip"
-            " FROM messages_fts f CROSS JOIN websearch_to_tsquery('simple', :q) qq"
+            " FROM messages_fts f CROSS JOIN to_tsquery('simple', :q) qq"
             " JOIN messages m ON m.thread_id = f.thread_id AND m.seq = f.seq"
             " JOIN threads t ON t.id = f.thread_id"
             " WHERE f.tsv @@ qq"

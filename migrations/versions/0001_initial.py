@@ -123,7 +123,8 @@ def upgrade() -> None:
             " thread_id VARCHAR(26) NOT NULL,"
             " seq INTEGER NOT NULL,"
             " text TEXT NOT NULL,"
-            " tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('simple', text)) STORED,"
+            " tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('simple',"
+            " regexp_replace(text, '[^[:alnum:]]+', ' ', 'g'))) STORED,"
             " PRIMARY KEY (thread_id, seq))"
         )
         op.execute("CREATE INDEX ix_messages_fts_tsv ON messages_fts USING GIN (tsv)")
