@@ -1,6 +1,6 @@
 """The thread store: append-only transcripts, refs, forks by reference, search, usage, leases."""
 
-from ._db import Database, database_url
+from ._db import Database, database_url, finish_uncancelled
 from ._ids import ThreadRef, format_ref, new_id
 from ._models import (
     CONTENT_ADAPTER,
@@ -86,6 +86,7 @@ __all__ = [
     "UsageTotal",
     "Verification",
     "database_url",
+    "finish_uncancelled",
     "format_ref",
     "new_id",
 ]

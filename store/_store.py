@@ -9,6 +9,7 @@ the transaction holding its messages has committed. Other writes run one transac
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -400,10 +401,25 @@ class Store:
                     .order_by(messages.c.seq)
                 )
                 out[:0] = [message_from_row(r) for r in rows]
-            upper = after
+            upper = min(upper, after)  # an ancestor's segment never reaches past ``end``
             if upper < start:
                 break
         return out
+
+    async def ancestry(self, thread_id: str) -> list[tuple[str, int]]:
+        """Whose messages a thread shows: ``[(thread_id, head), (parent, fork point),
+        (grandparent, parent's fork point), …]`` — message n of the thread is message n of the
+        first entry whose bound is ≥ n, walking from the end. ``T-x#n`` names the same message
+        for every x in the list whose bound is ≥ n."""
+
+        async def fn(conn: AsyncConnection) -> list[tuple[str, int]]:
+            head, chain = await self._chain(conn, thread_id)
+            out = [(chain[0][0], head)]
+            for (_, after), (owner, _) in itertools.pairwise(chain):
+                out.append((owner, after))
+            return out
+
+        return await self.db.read(fn, where="reading a thread's ancestry")
 
     async def messages(
         self, thread_id: str, *, start: int = 1, end: int | None = None
@@ -632,7 +648,11 @@ class Store:
             await conn.execute(threads.update().where(threads.c.id == thread_id).values(**values))
             return await self._thread(conn, thread_id)
 
-        return await self._write(fn, where="setting a status")
+        write = self._write(fn, where="setting a status")
+        if status.terminal:
+            # shielded from the caller's cancellation while it waits for the writer, too
+            return await finish_uncancelled(write)
+        return await write
 
     async def set_result(self, thread_id: str, result: Result) -> None:
         now = utcnow()
@@ -816,11 +836,13 @@ class Store:
         tools: Sequence[str] = (),
         model: str | None = None,
         messages: Sequence[NewMessage] = (),
+        thread_id: str | None = None,
     ) -> tuple[ThreadInfo, bool]:
         """The worker thread for task ``task_index`` of the lead's ``tool_use_id``: created with
         its dispatch row in one transaction, or — when that dispatch already exists (a replayed
-        lead turn) — the existing worker. Returns (thread, created)."""
-        tid = new_id()
+        lead turn) — the existing worker. Returns (thread, created). ``thread_id`` lets the caller
+        choose the new thread's id (e.g. to name it in the worker's own system prompt)."""
+        tid = thread_id or new_id()
         now = utcnow()
         pending = check_append((), 0, messages)
 

@@ -4,7 +4,7 @@
     ├── ModelSpecError          a model spec string that does not parse (bad input, exit 2)
     ├── ScriptError             the scripted model's file is bad, no rule matches, unknown task id
     ├── ModelError              the model provider failed; nothing above sees SDK exceptions
-    │   ├── ProviderUnavailable     429/529/5xx/connection errors still failing after retries (exit 4)
+    │   ├── ProviderUnavailable     429/529/5xx/connection errors still failing after retries
     │   ├── SpendLimitReached       a 429 that says the account's spend limit is reached: no retry
     │   ├── ContextTooLong          "prompt is too long" / request_too_large: never retried
     │   ├── ProviderRejected        the provider refused the request (400/401/403/404)

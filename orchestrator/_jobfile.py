@@ -1,0 +1,252 @@
+"""Job files (TOML, SPEC §Job file) into a validated ``JobSpec``.
+
+Every problem is one ``JobFileError`` line naming the file, the line (where the file has one) and
+the key: ``job.toml:14: task[2].prompt: missing required key``. Nothing is stored before a job
+file has validated.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from workers.tools import DEFAULT_WORKER_TOOLS, TOOL_REGISTRY
+
+DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
+
+
+class JobFileError(ValueError):
+    """A job file that cannot be run; the message is one line naming file, line and key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+def _check_tools(tools: list[str]) -> list[str]:
+    unknown = [t for t in tools if t not in TOOL_REGISTRY]
+    if unknown:
+        raise ValueError(
+            f"unknown tool {unknown[0]!r}; the worker tools are {', '.join(sorted(TOOL_REGISTRY))}"
+        )
+    return tools
+
+
+class WorkerDefaults(_Strict):
+    max_turns: int = Field(40, ge=1, le=10_000)
+    timeout_s: float = Field(900.0, gt=0)
+    tools: list[str] = Field(default_factory=lambda: list(DEFAULT_WORKER_TOOLS))
+
+    _tools = field_validator("tools")(_check_tools)
+
+    @field_validator("timeout_s", mode="before")
+    @classmethod
+    def _int_ok(cls, v: Any) -> Any:
+        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+
+class TaskSpec(_Strict):
+    id: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    title: str = Field(min_length=1)
+    prompt: str = Field(min_length=1)
+    tools: list[str] | None = None
+    model: str | None = None
+
+    @field_validator("tools")
+    @classmethod
+    def _tools_known(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else _check_tools(v)
+
+
+class JobSpec(_Strict):
+    name: str = Field(min_length=1)
+    goal: str = Field(min_length=1)
+    workspace: str = "."
+    model: str = DEFAULT_MODEL
+    worker_model: str | None = None
+    max_parallel: int = Field(4, ge=1, le=256)
+    isolation: Literal["none", "worktree"] = "none"
+    budget_tokens: int = Field(0, ge=0)
+    worker: WorkerDefaults = Field(default_factory=WorkerDefaults)
+    tasks: list[TaskSpec] = Field(default_factory=list)
+    # where the file was: relative paths (workspace, scripted model files) resolve against it
+    base_dir: str = "."
+
+    @property
+    def workspace_path(self) -> Path:
+        return (Path(self.base_dir) / self.workspace).resolve()
+
+    def resolve_spec(self, spec: str) -> str:
+        """``scripted:PATH`` relative to the job file's directory; other specs unchanged."""
+        if spec.startswith("scripted:"):
+            path = Path(spec.split(":", 1)[1]).expanduser()
+            if not path.is_absolute():
+                path = Path(self.base_dir) / path
+            return f"scripted:{path.resolve()}"
+        return spec
+
+    @property
+    def lead_model(self) -> str:
+        return self.resolve_spec(self.model)
+
+    def model_for(self, task: TaskSpec) -> str:
+        return self.resolve_spec(task.model or self.worker_model or self.model)
+
+
+def load_job(path: str | Path, **overrides: Any) -> JobSpec:
+    """Parse and validate a job file; ``overrides`` (model, worker_model, max_parallel,
+    budget_tokens) replace the file's values, as the CLI flags do."""
+    p = Path(path)
+    try:
+        text = p.read_text("utf-8")
+    except FileNotFoundError:
+        raise JobFileError(f"{p}: no such job file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise JobFileError(f"{p}: cannot read: {err}") from None
+    return parse_job(text, name=str(p), base_dir=p.resolve().parent, **overrides)
+
+
+def parse_job(text: str, *, name: str, base_dir: Path, **overrides: Any) -> JobSpec:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(err))
+        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(err))
+        where = f"{name}:{m.group(1)}" if m else name
+        raise JobFileError(f"{where}: not valid TOML: {msg}") from None
+    locate = _Locator(text)
+    extra_top = [k for k in data if k not in ("job", "task")]
+    if extra_top:
+        raise JobFileError(
+            f"{name}:{locate.line((extra_top[0],))}: unknown key {extra_top[0]!r} at the top"
+            " level (expected [job] and [[task]] tables)"
+        )
+    job = data.get("job")
+    if not isinstance(job, dict):
+        raise JobFileError(f"{name}:1: missing [job] table (it needs at least name and goal)")
+    tasks = data.get("task", [])
+    if not isinstance(tasks, list):
+        raise JobFileError(f"{name}:{locate.line(('task',))}: 'task' must be [[task]] tables")
+    raw = dict(job)
+    raw["tasks"] = tasks
+    raw["base_dir"] = str(base_dir)
+    for key, value in overrides.items():
+        if value is not None:
+            raw[key] = value
+    try:
+        spec = JobSpec.model_validate(raw)
+    except ValidationError as err:
+        raise JobFileError(_describe(err, name, locate, raw)) from None
+    seen: dict[str, int] = {}
+    for i, t in enumerate(spec.tasks):
+        if t.id in seen:
+            raise JobFileError(
+                f"{name}:{locate.line(('task', i, 'id'))}: task[{i}].id: duplicate task id"
+                f" {t.id!r} (also task[{seen[t.id]}])"
+            )
+        seen[t.id] = i
+    if not spec.workspace_path.is_dir():
+        raise JobFileError(
+            f"{name}:{locate.line(('job', 'workspace'))}: job.workspace: directory"
+            f" {spec.workspace_path} does not exist"
+        )
+    if spec.isolation == "worktree":
+        raise JobFileError(
+            f'{name}:{locate.line(("job", "isolation"))}: job.isolation: "worktree" is not'
+            ' available in this version; use isolation = "none"'
+        )
+    return spec
+
+
+_FIELD_NAMES = {
+    (): set(JobSpec.model_fields) - {"tasks", "base_dir"},
+    ("worker",): set(WorkerDefaults.model_fields),
+    ("tasks",): set(TaskSpec.model_fields),
+}
+
+
+def _describe(err: ValidationError, name: str, locate: _Locator, raw: dict[str, Any]) -> str:
+    e = err.errors()[0]
+    loc = tuple(e["loc"])
+    # the file's own spelling: [job] keys live under job, tasks under [[task]]
+    if loc and loc[0] == "tasks":
+        file_loc: tuple[Any, ...] = ("task", *loc[1:])
+        label = f"task[{loc[1]}]" + "".join(f".{x}" for x in loc[2:]) if len(loc) > 1 else "task"
+    else:
+        file_loc = ("job", *loc)
+        label = "job" + "".join(f".{x}" if isinstance(x, str) else f"[{x}]" for x in loc)
+    kind = e["type"]
+    if kind == "extra_forbidden":
+        key = str(loc[-1])
+        parent = tuple(x for x in loc[:-1] if isinstance(x, str))
+        known = _FIELD_NAMES.get(parent, set())
+        close = difflib.get_close_matches(key, sorted(known), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"{name}:{locate.line(file_loc)}: {label}: unknown key{hint}"
+    if kind == "missing":
+        return f"{name}:{locate.line(file_loc[:-1])}: {label}: missing required key"
+    return f"{name}:{locate.line(file_loc)}: {label}: {e['msg']}"
+
+
+class _Locator:
+    """Finds the line of a key in TOML text (tomllib keeps no positions). Good enough for the
+    files people write: ``[job]``, ``[job.worker]`` and ``[[task]]`` headers with keys below."""
+
+    def __init__(self, text: str) -> None:
+        self.lines = text.splitlines()
+
+    def _header_lines(self, header: str) -> list[int]:
+        pat = re.compile(r"^\s*" + re.escape(header) + r"\s*(#.*)?$")
+        return [i for i, line in enumerate(self.lines) if pat.match(line)]
+
+    def _key_after(self, start: int, key: str) -> int | None:
+        pat = re.compile(r"^\s*" + re.escape(key) + r"\s*=")
+        for i in range(start + 1, len(self.lines)):
+            if self.lines[i].lstrip().startswith("["):
+                return None
+            if pat.match(self.lines[i]):
+                return i
+        return None
+
+    def line(self, loc: tuple[Any, ...]) -> int:
+        """1-based line of ``loc`` (e.g. ("job", "model"), ("task", 2, "id")); the nearest
+        enclosing header when the key itself is not written in the file."""
+        if not loc:
+            return 1
+        if loc[0] == "task":
+            headers = self._header_lines("[[task]]")
+            if len(loc) == 1:
+                return headers[0] + 1 if headers else 1
+            idx = loc[1] if isinstance(loc[1], int) else 0
+            if idx >= len(headers):
+                return 1
+            start = headers[idx]
+            if len(loc) > 2:
+                found = self._key_after(start, str(loc[2]))
+                return (found if found is not None else start) + 1
+            return start + 1
+        if loc[0] == "job":
+            if len(loc) > 1 and loc[1] == "worker":
+                headers = self._header_lines("[job.worker]")
+                if headers:
+                    if len(loc) > 2:
+                        found = self._key_after(headers[0], str(loc[2]))
+                        return (found if found is not None else headers[0]) + 1
+                    return headers[0] + 1
+            headers = self._header_lines("[job]")
+            if not headers:
+                return 1
+            if len(loc) > 1:
+                found = self._key_after(headers[0], str(loc[1]))
+                return (found if found is not None else headers[0]) + 1
+            return headers[0] + 1
+        pat = re.compile(r"^\s*\[*\s*" + re.escape(str(loc[0])) + r"\b")
+        for i, line in enumerate(self.lines):
+            if pat.match(line):
+                return i + 1
+        return 1

@@ -1,0 +1,314 @@
+"""The lead's tools (SPEC §Tools — lead tools): dispatch, read_thread, ask_thread,
+search_threads, resume_thread, fork_thread — and the reader's read-only ``read_thread``.
+
+They are ordinary ``workers.tools.Tool``s bound to a ``JobRuntime``: the lead is a thread run by
+the same loop as any worker, only its toolset differs. What comes back to the lead is always
+bounded: distilled results with refs, pages of at most ``max_chars``, answers with checked
+citations — never a raw transcript.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from store import Kind, Result, Status, StoreError, ThreadInfo, ThreadRef, format_ref
+from store.errors import RefError
+from workers import RunOutcome
+from workers.tools import TOOL_REGISTRY, Tool, ToolContext, ToolFailure, ToolInput, ToolOutput
+
+from ._reading import DEFAULT_MAX_CHARS, ReadError, read_page
+from ._runtime import JobRuntime
+
+_CITATION = re.compile(r"T-[0-9a-hjkmnp-tv-z]{4,26}(?:#\d+(?:-\d*)?)?")
+MAX_TASKS_PER_DISPATCH = 64
+
+
+def result_payload(info: ThreadInfo, outcome: RunOutcome | None = None) -> dict[str, Any]:
+    """What the lead receives for one worker: its distilled result and ref, never its transcript."""
+    result: Result | None = outcome.result if outcome is not None else info.result
+    status = outcome.status if outcome is not None else info.status
+    payload: dict[str, Any] = {
+        "ref": info.ref,
+        "task": (info.task or {}).get("id"),
+        "thread_status": str(status),
+    }
+    if result is not None:
+        dumped = result.model_dump(mode="json", exclude_none=True, exclude={"ref", "task"})
+        payload.update({k: v for k, v in dumped.items() if v not in ([], 0)})
+    else:
+        payload.update({"status": "failed", "summary": "no result was stored"})
+    error = outcome.error if outcome is not None else info.error
+    if error:
+        payload["error"] = error
+    return payload
+
+
+class TaskInput(ToolInput):
+    id: str | None = Field(None, description="A short unique id for the task, e.g. 'tokenizer'")
+    title: str = Field(description="One line saying what the task is")
+    prompt: str = Field(
+        description="Everything the worker needs: it starts from a fresh context and sees only"
+        " this (name files, failing tests, constraints, what to report)"
+    )
+    tools: list[str] | None = Field(None, description="Worker tools; default: the job's")
+    model: str | None = Field(None, description="Model spec; default: the job's worker model")
+
+
+class DispatchInput(ToolInput):
+    tasks: list[TaskInput] = Field(min_length=1, max_length=MAX_TASKS_PER_DISPATCH)
+
+
+class DispatchTool(Tool[DispatchInput]):
+    name: ClassVar[str] = "dispatch"
+    description: ClassVar[str] = (
+        "Run tasks on fresh-context workers in parallel (up to the job's max_parallel at once)."
+        " Returns one distilled result per task, with the ref of the worker's thread."
+    )
+    Input = DispatchInput
+    replay_safe: ClassVar[bool] = True  # dispatch rows make a replay reuse its workers
+
+    def __init__(self, rt: JobRuntime) -> None:
+        self.rt = rt
+
+    async def run(self, args: DispatchInput, ctx: ToolContext) -> ToolOutput:
+        ids = [t.id for t in args.tasks if t.id]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ToolFailure(f"duplicate task id {dupes[0]!r}")
+        for t in args.tasks:
+            unknown = [x for x in (t.tools or []) if x not in TOOL_REGISTRY]
+            if unknown:
+                raise ToolFailure(
+                    f"unknown tool {unknown[0]!r}; available: {', '.join(sorted(TOOL_REGISTRY))}"
+                )
+        try:
+            spawned = await self.rt.spawn_workers(
+                tool_use_id=ctx.tool_use_id,
+                tasks=[t.model_dump(exclude_none=True) for t in args.tasks],
+            )
+        except ValueError as err:
+            raise ToolFailure(str(err)) from None
+        results: list[dict[str, Any] | None] = [None] * len(spawned)
+
+        async def one(i: int, info: ThreadInfo) -> None:
+            if info.status in (Status.DONE, Status.FAILED, Status.CANCELLED) and info.result:
+                results[i] = result_payload(info)  # finished before a replay: reused, not rerun
+                return
+            outcome = await self.rt.run_worker(info)
+            results[i] = result_payload(await self.rt.store.get_thread(info.id), outcome)
+
+        async with asyncio.TaskGroup() as tg:
+            for i, (info, _created) in enumerate(spawned):
+                tg.create_task(one(i, info))
+        return ToolOutput("\n".join(json.dumps(r, ensure_ascii=False) for r in results))
+
+
+class ReadThreadInput(ToolInput):
+    ref: str = Field(description="T-<id>, optionally with a range: T-<id>#7, #7-12 or #7-")
+    mode: Literal["messages", "overview", "tool_outputs", "grep"] = Field(
+        "overview",
+        description="overview: one line per message; messages: the messages; tool_outputs:"
+        " raw tool outputs; grep: lines matching pattern",
+    )
+    pattern: str | None = Field(None, description="Regular expression, for mode grep")
+    max_chars: int = Field(DEFAULT_MAX_CHARS, ge=500, le=100_000, description="Page size")
+
+
+class ReadThreadTool(Tool[ReadThreadInput]):
+    name: ClassVar[str] = "read_thread"
+    description: ClassVar[str] = (
+        "Read a bounded page of any thread's transcript by ref. The page names the ref of the"
+        " next page."
+    )
+    Input = ReadThreadInput
+    replay_safe: ClassVar[bool] = True
+
+    def __init__(self, rt: JobRuntime, *, only: str | None = None) -> None:
+        self.rt = rt
+        self.only = only
+
+    async def run(self, args: ReadThreadInput, ctx: ToolContext) -> ToolOutput:
+        try:
+            if self.only is not None:
+                resolved = await self.rt.store.resolve(args.ref)
+                if resolved.thread.id != self.only:
+                    raise ToolFailure(f"this reader may only read {format_ref(self.only)}")
+            page = await read_page(
+                self.rt.store,
+                args.ref,
+                mode=args.mode,
+                pattern=args.pattern,
+                max_chars=args.max_chars,
+            )
+        except (RefError, ReadError) as err:
+            raise ToolFailure(str(err)) from None
+        return ToolOutput(page.text)
+
+
+class AskThreadInput(ToolInput):
+    ref: str = Field(description="The thread to ask about: T-<id>")
+    question: str = Field(min_length=1)
+
+
+class AskThreadTool(Tool[AskThreadInput]):
+    name: ClassVar[str] = "ask_thread"
+    description: ClassVar[str] = (
+        "A reader with a fresh context reads that thread's transcript and answers the question"
+        " with citations (T-…#n); every citation returned is checked to resolve."
+    )
+    Input = AskThreadInput
+
+    def __init__(self, rt: JobRuntime) -> None:
+        self.rt = rt
+
+    async def run(self, args: AskThreadInput, ctx: ToolContext) -> ToolOutput:
+        try:
+            target = (await self.rt.store.resolve(args.ref)).thread
+        except RefError as err:
+            raise ToolFailure(str(err)) from None
+        reader = await self.rt.create_reader(target, args.question)
+        outcome = await self.rt.run(reader)
+        if outcome.status != Status.DONE:
+            raise ToolFailure(
+                f"the reader {reader.ref} ended {outcome.status}: {outcome.error or 'no answer'}"
+            )
+        answer, kept, dropped = await check_citations(self.rt, outcome.final_text)
+        lines = [answer, "", f"(reader thread: {reader.ref})"]
+        if kept:
+            lines.append("citations checked: " + ", ".join(kept))
+        if dropped:
+            lines.append("citations that did not resolve were removed: " + ", ".join(dropped))
+        return ToolOutput("\n".join(lines))
+
+
+async def check_citations(rt: JobRuntime, text: str) -> tuple[str, list[str], list[str]]:
+    """Every ``T-…`` citation in ``text`` that resolves (to a thread, and its messages exist) is
+    kept; the others are replaced by ``[unresolved citation]`` and listed."""
+    kept: list[str] = []
+    dropped: list[str] = []
+    for cite in sorted(set(_CITATION.findall(text)), key=len, reverse=True):
+        try:
+            resolved = await rt.store.resolve(cite)
+            if resolved.start is None and "#" in cite:
+                raise RefError(cite)
+            kept.append(cite)
+        except (StoreError, ValueError):
+            dropped.append(cite)
+            text = text.replace(cite, "[unresolved citation]")
+    return text, sorted(kept), sorted(dropped)
+
+
+class SearchInput(ToolInput):
+    query: str = Field(min_length=1, description='Words or "quoted phrases"; all must occur')
+    limit: int = Field(20, ge=1, le=100)
+
+
+class SearchThreadsTool(Tool[SearchInput]):
+    name: ClassVar[str] = "search_threads"
+    description: ClassVar[str] = (
+        "Full-text search over every message of every thread of this job; hits are refs"
+        " (T-…#n) with a snippet."
+    )
+    Input = SearchInput
+    replay_safe: ClassVar[bool] = True
+
+    def __init__(self, rt: JobRuntime) -> None:
+        self.rt = rt
+
+    async def run(self, args: SearchInput, ctx: ToolContext) -> ToolOutput:
+        hits = await self.rt.store.search(args.query, job_id=self.rt.lead_id, limit=args.limit)
+        if not hits:
+            return ToolOutput(f"no message matches {args.query!r}")
+        return ToolOutput("\n".join(f"{h.ref} {h.role}: {h.snippet}" for h in hits))
+
+
+class ResumeInput(ToolInput):
+    ref: str = Field(description="A worker thread of this job: T-<id>")
+    message: str = Field(min_length=1, description="What the worker should do next")
+
+
+class ResumeThreadTool(Tool[ResumeInput]):
+    name: ClassVar[str] = "resume_thread"
+    description: ClassVar[str] = (
+        "Send a worker more instructions: it continues with its whole history and returns a new"
+        " distilled result. Same ref."
+    )
+    Input = ResumeInput
+
+    def __init__(self, rt: JobRuntime) -> None:
+        self.rt = rt
+
+    async def run(self, args: ResumeInput, ctx: ToolContext) -> ToolOutput:
+        info = await _job_worker(self.rt, args.ref)
+        try:
+            outcome = await self.rt.run_worker(info, message=args.message)
+        except StoreError as err:
+            raise ToolFailure(str(err)) from None
+        payload = result_payload(await self.rt.store.get_thread(info.id), outcome)
+        return ToolOutput(json.dumps(payload, ensure_ascii=False))
+
+
+class ForkInput(ToolInput):
+    ref: str = Field(description="A worker thread of this job: T-<id>")
+    message: str = Field(min_length=1, description="What the fork should do differently")
+    at: int | None = Field(None, ge=1, description="Fork after this message (default: the end)")
+
+
+class ForkThreadTool(Tool[ForkInput]):
+    name: ClassVar[str] = "fork_thread"
+    description: ClassVar[str] = (
+        "A new worker sharing a worker's history up to message `at`, then your message; runs to"
+        " the end and returns its distilled result with its new ref. The original is untouched."
+    )
+    Input = ForkInput
+
+    def __init__(self, rt: JobRuntime) -> None:
+        self.rt = rt
+
+    async def run(self, args: ForkInput, ctx: ToolContext) -> ToolOutput:
+        src = await _job_worker(self.rt, args.ref)
+        ref = ThreadRef.parse(args.ref)
+        at = args.at if args.at is not None else (ref.end if ref.has_anchor else None)
+        try:
+            fork = await self.rt.store.fork(
+                src.id, at=at, parent_id=self.rt.lead_id, status=Status.QUEUED
+            )
+            outcome = await self.rt.run_worker(fork, message=args.message)
+        except StoreError as err:
+            raise ToolFailure(str(err)) from None
+        payload = result_payload(await self.rt.store.get_thread(fork.id), outcome)
+        payload["forked_from"] = {
+            "ref": src.ref,
+            "at": fork.forked_from.at if fork.forked_from else None,
+        }
+        return ToolOutput(json.dumps(payload, ensure_ascii=False))
+
+
+async def _job_worker(rt: JobRuntime, ref: str) -> ThreadInfo:
+    try:
+        info = (await rt.store.resolve(ref)).thread
+    except RefError as err:
+        raise ToolFailure(str(err)) from None
+    if info.job_id != rt.lead_id or info.kind != Kind.WORKER:
+        raise ToolFailure(f"{info.ref} is not a worker of this job")
+    return info
+
+
+def lead_tools(rt: JobRuntime) -> list[Tool[Any]]:
+    return [
+        DispatchTool(rt),
+        ReadThreadTool(rt),
+        AskThreadTool(rt),
+        SearchThreadsTool(rt),
+        ResumeThreadTool(rt),
+        ForkThreadTool(rt),
+    ]
+
+
+def reader_tools(rt: JobRuntime, *, target: str) -> list[Tool[Any]]:
+    return [ReadThreadTool(rt, only=target)]

@@ -1,0 +1,199 @@
+"""Bounded pages of a transcript, for ``read_thread`` (the lead's and the readers' tool).
+
+A page never exceeds ``max_chars``; it names the range it shows and the ref of the next page, so
+the reader walks a long transcript in steps whose size it chooses, and its context only grows by
+what it asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from store import (
+    Message,
+    Store,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    format_ref,
+)
+
+Mode = Literal["messages", "overview", "tool_outputs", "grep"]
+DEFAULT_MAX_CHARS = 12_000
+MIN_MAX_CHARS = 500
+MAX_MAX_CHARS = 100_000
+_GREP_LINE_CHARS = 300
+
+
+class ReadError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    text: str
+    next_ref: str | None
+
+
+def _one_line(text: str, limit: int) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _call(use: ToolUseBlock, limit: int = 160) -> str:
+    args = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in use.input.items())
+    return _one_line(f"{use.name}({args})", limit)
+
+
+def overview_line(msg: Message, thread_id: str) -> str:
+    parts: list[str] = []
+    for b in msg.content:
+        if isinstance(b, TextBlock) and b.text.strip():
+            parts.append(_one_line(b.text, 140))
+        elif isinstance(b, ThinkingBlock):
+            parts.append("(thinking)")
+        elif isinstance(b, ToolUseBlock):
+            parts.append("→ " + _call(b, 120))
+        elif isinstance(b, ToolResultBlock):
+            text = b.text
+            status = "error" if b.is_error else "ok"
+            first = _one_line(text, 80)
+            parts.append(
+                f"← {status} · {text.count(chr(10)) + 1} lines · {len(text):,} chars: {first}"
+            )
+    return f"{format_ref(thread_id, msg.seq)} {msg.role}: " + " | ".join(parts)
+
+
+def message_text(msg: Message, thread_id: str) -> str:
+    out = [f"--- {format_ref(thread_id, msg.seq)} {msg.role}"]
+    for b in msg.content:
+        if isinstance(b, TextBlock):
+            out.append(b.text)
+        elif isinstance(b, ThinkingBlock):
+            out.append(f"(thinking) {b.thinking}")
+        elif isinstance(b, ToolUseBlock):
+            out.append(f"→ {b.name} {json.dumps(b.input, ensure_ascii=False)}")
+        elif isinstance(b, ToolResultBlock):
+            out.append(f"← {'error' if b.is_error else 'result'}:\n{b.text}")
+    return "\n".join(out)
+
+
+def _tool_outputs_text(msg: Message, thread_id: str) -> str | None:
+    results = [b for b in msg.content if isinstance(b, ToolResultBlock)]
+    if not results:
+        return None
+    chunks = [f"--- {format_ref(thread_id, msg.seq)} tool outputs"]
+    for r in results:
+        chunks.append(f"[{r.tool_use_id}{' error' if r.is_error else ''}]\n{r.text}")
+    return "\n".join(chunks)
+
+
+def _grep_lines(msg: Message, thread_id: str, pattern: re.Pattern[str]) -> list[str]:
+    ref = format_ref(thread_id, msg.seq)
+    lines = []
+    for line in message_text(msg, thread_id).splitlines()[1:]:
+        if pattern.search(line):
+            lines.append(f"{ref}: {_one_line(line, _GREP_LINE_CHARS)}")
+    return lines
+
+
+def paginate(
+    thread_id: str,
+    msgs: Sequence[Message],
+    *,
+    mode: Mode,
+    max_chars: int,
+    total: int,
+    range_end: int,
+    pattern: str | None = None,
+) -> Page:
+    """Render ``msgs`` (consecutive, from the requested start) in ``mode`` within ``max_chars``."""
+    if not msgs:
+        return Page(f"{format_ref(thread_id)} has {total} messages; nothing in that range.", None)
+    rx: re.Pattern[str] | None = None
+    if mode == "grep":
+        if not pattern:
+            raise ReadError("mode 'grep' needs a pattern")
+        try:
+            rx = re.compile(pattern)
+        except re.error as err:
+            raise ReadError(f"bad pattern {pattern!r}: {err}") from None
+    first = msgs[0].seq
+    budget = max_chars - 200  # room for the header and footer lines
+    body: list[str] = []
+    used = 0
+    last_done = first - 1
+    for msg in msgs:
+        if mode == "overview":
+            pieces = [overview_line(msg, thread_id)]
+        elif mode == "messages":
+            pieces = [message_text(msg, thread_id)]
+        elif mode == "tool_outputs":
+            text = _tool_outputs_text(msg, thread_id)
+            pieces = [text] if text else []
+        else:
+            assert rx is not None
+            pieces = _grep_lines(msg, thread_id, rx)
+        chunk = "\n".join(pieces)
+        cost = len(chunk) + 1 if chunk else 0
+        if used + cost > budget:
+            if not body:  # one message larger than the page: show its head, then move on
+                keep = max(budget - 120, 0)
+                body.append(
+                    chunk[:keep] + f"\n[… {len(chunk) - keep:,} more characters of"
+                    f" {format_ref(thread_id, msg.seq)}; read it with a larger max_chars]"
+                )
+                last_done = msg.seq
+            break
+        if chunk:
+            body.append(chunk)
+            used += cost
+        last_done = msg.seq
+    next_ref = None
+    if last_done < range_end:
+        next_ref = (
+            format_ref(thread_id, last_done + 1, None, True)
+            if range_end >= total
+            else format_ref(thread_id, last_done + 1, range_end)
+        )
+    header = f"{format_ref(thread_id, first, last_done)} of {total} messages ({mode})"
+    if mode == "grep" and not body:
+        body.append(f"no line matches {pattern!r}")
+    footer = f"next page: {next_ref}" if next_ref else "(end of range)"
+    text = "\n".join([header, *body, footer])
+    return Page(text[:max_chars], next_ref)
+
+
+async def read_page(
+    store: Store,
+    ref: str,
+    *,
+    mode: Mode = "overview",
+    pattern: str | None = None,
+    max_chars: int = DEFAULT_MAX_CHARS,
+) -> Page:
+    """The page of ``ref`` (a thread, or a range in it) in ``mode``, at most ``max_chars``."""
+    if mode not in ("messages", "overview", "tool_outputs", "grep"):
+        raise ReadError(f"unknown mode {mode!r}: use messages, overview, tool_outputs or grep")
+    max_chars = max(MIN_MAX_CHARS, min(int(max_chars), MAX_MAX_CHARS))
+    resolved = await store.resolve(ref)
+    info = resolved.thread
+    start = resolved.start or 1
+    range_end = info.head_seq if resolved.end is None else resolved.end
+    # one page comes from a bounded window of messages, whatever the thread's length
+    window = {"overview": max(20, max_chars // 40), "grep": 500}.get(mode, 50)
+    msgs = await store.messages(info.id, start=start, end=min(range_end, start + window - 1))
+    return paginate(
+        info.id,
+        msgs,
+        mode=mode,
+        max_chars=max_chars,
+        total=info.head_seq,
+        range_end=range_end,
+        pattern=pattern,
+    )

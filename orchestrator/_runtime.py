@@ -1,0 +1,323 @@
+"""The job runtime: how threads of a job are created and run, shared by the lead's tools, the
+Python API and the CLI.
+
+One ``JobRuntime`` per job run: it holds the job spec (rebuilt from the lead thread when a job is
+resumed), the semaphore that bounds running workers, the job's token budget check (SQL sums of
+stored usage rows, before every model call of every thread), the model clients, and the event
+sink for live progress. Every thread — lead, worker, reader, fork — runs through
+``workers.run_thread``; this module only decides which tools, model and limits it gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from store import (
+    Kind,
+    NewMessage,
+    Result,
+    Status,
+    Store,
+    TextBlock,
+    ThreadInfo,
+    ToolUseBlock,
+    format_ref,
+    new_id,
+)
+from workers import (
+    ORCHESTRATOR_TOOL_ID_PREFIX,
+    BudgetExhausted,
+    LoopConfig,
+    LoopEvent,
+    Model,
+    RunOutcome,
+    Tool,
+    build_tools,
+    make_model,
+    run_thread,
+    worker_system_prompt,
+)
+from workers.providers import parse_model_spec
+
+from ._jobfile import JobSpec, TaskSpec
+from ._prompts import lead_system_prompt, reader_system_prompt
+
+log = structlog.get_logger("threadloom.runtime")
+
+LEAD_TOOLS = (
+    "dispatch",
+    "read_thread",
+    "ask_thread",
+    "search_threads",
+    "resume_thread",
+    "fork_thread",
+)
+READER_TOOLS = ("read_thread",)
+SUBMIT_RESULT = "submit_result"
+
+
+def task_message(task_id: str, title: str, prompt: str) -> str:
+    """A worker's first message (the scripted demo matches on its first line)."""
+    return f"Task {task_id}: {title}\n\n{prompt}"
+
+
+def lead_message(job: JobSpec) -> str:
+    lines = [f"Job: {job.name}", f"Goal: {job.goal}", f"Workspace: {job.workspace_path}"]
+    if job.tasks:
+        lines.append(
+            f"The job file defines {len(job.tasks)} tasks; they are being dispatched now."
+            " Review the results, read transcripts where you need to, then write the report."
+        )
+    else:
+        lines.append(
+            "Plan the work, dispatch it to workers (independent tasks in parallel), review the"
+            " results, then write the report."
+        )
+    return "\n".join(lines)
+
+
+@dataclass
+class JobRuntime:
+    """Everything a running job shares. ``spawned`` collects the worker threads this run created
+    (the CLI's ``workers`` list)."""
+
+    store: Store
+    job: JobSpec
+    lead_id: str
+    on_event: Callable[[LoopEvent], None] | None = None
+    config: LoopConfig = field(default_factory=LoopConfig)
+    spawned: list[str] = field(default_factory=list)
+    _models: dict[str, Model] = field(default_factory=dict)
+    _sem: asyncio.Semaphore | None = None
+
+    @property
+    def semaphore(self) -> asyncio.Semaphore:
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self.job.max_parallel)
+        return self._sem
+
+    def model(self, spec: str) -> Model:
+        if spec not in self._models:
+            self._models[spec] = make_model(spec)
+        return self._models[spec]
+
+    async def aclose(self) -> None:
+        for m in self._models.values():
+            with contextlib.suppress(Exception):
+                await m.aclose()
+        self._models.clear()
+
+    # ------------------------------------------------------------------ budget and refs
+
+    async def check_budget(self) -> None:
+        if not self.job.budget_tokens:
+            return
+        used = (await self.store.job_usage(self.lead_id)).total_tokens
+        if used >= self.job.budget_tokens:
+            raise BudgetExhausted(
+                f"the job has used {used:,} of its {self.job.budget_tokens:,} tokens"
+            )
+
+    async def task_ref(self, task_id: str) -> str | None:
+        """The ref of the newest worker that ran task ``task_id`` in this job."""
+        found = None
+        for d in await self.store.dispatches_of(self.lead_id):
+            if d.task_key == task_id:
+                found = d.worker_id
+        return format_ref(found) if found else None
+
+    # ------------------------------------------------------------------ running threads
+
+    async def run(
+        self, info: ThreadInfo, *, model_spec: str | None = None, message: str | None = None
+    ) -> RunOutcome:
+        """Run (or continue) any thread of this job with the tools, model and limits its kind
+        and stored task call for."""
+        spec = model_spec or info.model or self.job.lead_model
+        task = info.task or {}
+        if info.kind == Kind.LEAD:
+            from ._lead_tools import lead_tools
+
+            tools: Sequence[Tool[Any]] = lead_tools(self)
+            cfg = self.config
+        elif info.kind == Kind.READER:
+            from ._lead_tools import reader_tools
+
+            tools = reader_tools(self, target=str(task.get("reader_of", "")))
+            cfg = LoopConfig(max_turns=20, timeout_s=self.config.timeout_s)
+        else:
+            tools = build_tools([t for t in info.tools if t != SUBMIT_RESULT])
+            cfg = LoopConfig(
+                max_turns=int(task.get("max_turns", self.job.worker.max_turns)),
+                timeout_s=float(task.get("timeout_s", self.job.worker.timeout_s)),
+                output_cap=self.config.output_cap,
+                bash_timeout_s=self.config.bash_timeout_s,
+            )
+        workspace = Path(task.get("workspace") or self.job.workspace_path)
+        return await run_thread(
+            self.store,
+            info.id,
+            model=self.model(spec),
+            tools=tools,
+            workspace=workspace,
+            config=cfg,
+            before_model_call=self.check_budget,
+            on_event=self.on_event,
+            resolve_task_ref=self.task_ref,
+            message=message,
+        )
+
+    async def run_worker(
+        self, info: ThreadInfo, *, model_spec: str | None = None, message: str | None = None
+    ) -> RunOutcome:
+        """A worker (or fork, or resumed worker) under the job's ``max_parallel``. Its failure
+        becomes its terminal status; it never raises into its siblings — only cancellation
+        propagates."""
+        async with self.semaphore:
+            try:
+                outcome = await self.run(info, model_spec=model_spec, message=message)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("worker.crashed", thread=info.ref, error=str(exc))
+                latest = await self.store.get_thread(info.id)
+                outcome = RunOutcome(
+                    thread_id=info.id,
+                    status=latest.status,
+                    result=latest.result,
+                    final_text="",
+                    turns=0,
+                    usage=await self.store.thread_usage(info.id),
+                    error=str(exc),
+                    exception=exc,
+                )
+            await self.store.set_dispatch_status(info.id, str(outcome.status))
+            return outcome
+
+    # ------------------------------------------------------------------ creating threads
+
+    async def spawn_workers(
+        self, *, tool_use_id: str, tasks: Sequence[dict[str, Any]]
+    ) -> list[tuple[ThreadInfo, bool]]:
+        """One worker thread per task (idempotent per lead tool_use id and task index)."""
+        out = []
+        for i, raw in enumerate(tasks):
+            task_id = str(raw.get("id") or f"task-{i + 1}")
+            tools = list(raw.get("tools") or self.job.worker.tools)
+            spec = self.job.resolve_spec(
+                str(raw.get("model") or self.job.worker_model or self.job.model)
+            )
+            parse_model_spec(spec)
+            tid = new_id()
+            ref = format_ref(tid)
+            info, created = await self.store.spawn(
+                lead_id=self.lead_id,
+                tool_use_id=tool_use_id,
+                task_index=i,
+                task_key=task_id,
+                thread_id=tid,
+                kind=Kind.WORKER,
+                title=str(raw.get("title") or task_id),
+                task={
+                    "id": task_id,
+                    "title": str(raw.get("title") or task_id),
+                    "prompt": str(raw.get("prompt") or ""),
+                    "workspace": str(self.job.workspace_path),
+                    "max_turns": self.job.worker.max_turns,
+                    "timeout_s": self.job.worker.timeout_s,
+                },
+                system_prompt=worker_system_prompt(
+                    thread_ref=ref, workspace=self.job.workspace_path, tools=tools
+                ),
+                tools=[*tools, SUBMIT_RESULT],
+                model=spec,
+                messages=[
+                    NewMessage.user(
+                        task_message(task_id, str(raw.get("title") or task_id), str(raw["prompt"]))
+                    )
+                ],
+            )
+            if created:
+                self.spawned.append(info.id)
+            out.append((info, created))
+        return out
+
+    async def create_reader(self, target: ThreadInfo, question: str) -> ThreadInfo:
+        spec = self.job.resolve_spec(self.job.worker_model or self.job.model)
+        return await self.store.create_thread(
+            kind=Kind.READER,
+            title=f"reads {target.ref}: {question[:60]}",
+            parent_id=self.lead_id,
+            task={"reader_of": target.id, "question": question},
+            system_prompt=reader_system_prompt(target.ref),
+            tools=list(READER_TOOLS),
+            model=spec,
+            status=Status.QUEUED,
+            messages=[NewMessage.user(f"Thread to read: {target.ref}\nQuestion: {question}")],
+        )
+
+
+async def create_lead(store: Store, job: JobSpec) -> ThreadInfo:
+    """The lead thread of a new job. With ``[[task]]`` entries the lead's first turn — the
+    ``dispatch`` of exactly those tasks — is written here; running the lead then carries it out
+    (dispatch is replay-safe, so a crash during it is resumed, not repeated)."""
+    messages = [NewMessage.user(lead_message(job))]
+    if job.tasks:
+        messages.append(first_dispatch(job.tasks))
+    return await store.create_thread(
+        kind=Kind.LEAD,
+        title=job.name,
+        task={"job": job.model_dump(mode="json")},
+        system_prompt=lead_system_prompt(),
+        tools=list(LEAD_TOOLS),
+        model=job.lead_model,
+        status=Status.QUEUED,
+        messages=messages,
+    )
+
+
+def first_dispatch(tasks: Sequence[TaskSpec]) -> NewMessage:
+    payload = [
+        {
+            k: v
+            for k, v in {
+                "id": t.id,
+                "title": t.title,
+                "prompt": t.prompt,
+                "tools": t.tools,
+                "model": t.model,
+            }.items()
+            if v is not None
+        }
+        for t in tasks
+    ]
+    return NewMessage(
+        role="assistant",
+        content=[
+            TextBlock(text=f"Dispatching the job's {len(tasks)} tasks."),
+            ToolUseBlock(
+                id=f"{ORCHESTRATOR_TOOL_ID_PREFIX}{new_id()}",
+                name="dispatch",
+                input={"tasks": payload},
+            ),
+        ],
+    )
+
+
+def job_of(lead: ThreadInfo) -> JobSpec:
+    """The job spec a lead thread was started with (stored on it)."""
+    data = (lead.task or {}).get("job")
+    if not isinstance(data, dict):
+        raise ValueError(f"{lead.ref} carries no job spec")
+    return JobSpec.model_validate(data)
+
+
+def result_of(outcome: RunOutcome) -> Result | None:
+    return outcome.result

@@ -1,0 +1,505 @@
+"""The one loop that runs any thread — a worker, a reader, and the lead.
+
+Every step is committed before the next acts on it: the assistant turn (with its usage row) is
+stored before its tool calls run; the tool results are stored before the next model call. A run
+owns its thread through a lease; it ends in a terminal status that is written (shielded from
+cancellation) before the caller hears of it.
+
+States of a run: queued/idle/terminal → running → done | failed | interrupted | cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+from pydantic import ValidationError
+
+from store import (
+    Kind,
+    Message,
+    NewMessage,
+    Result,
+    Status,
+    Store,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+    UsageRecord,
+    finish_uncancelled,
+    format_ref,
+)
+
+from ._protocol import Model, ModelResponse, ToolSpec
+from ._request import DEFAULT_OUTPUT_CAP, build_request
+from ._results import (
+    SUBMIT_RESULT,
+    Submission,
+    check_evidence,
+    submit_result_spec,
+    to_result,
+    validation_message,
+)
+from .errors import ModelError
+from .tools import Tool, ToolContext, ToolOutput
+
+log = structlog.get_logger("threadloom.loop")
+
+INTERRUPTED_RESULT = "interrupted; effect unknown — check before re-running"
+CUT_OFF_TOOL = (
+    "your reply hit the output-token limit inside this tool call, so the call was cut off and"
+    " NOT run; issue it again, smaller (e.g. write a large file in parts)"
+)
+CUT_OFF_TEXT = (
+    "Your reply was cut off by the output-token limit. Continue exactly where it stopped."
+)
+
+
+class BudgetExhausted(Exception):
+    """Raised by a ``before_model_call`` hook: no new model call may start."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoopConfig:
+    """Per-thread limits. ``timeout_s``/``max_tokens_total`` of None mean no limit."""
+
+    max_turns: int = 40
+    timeout_s: float | None = 900.0
+    max_tokens_total: int | None = None
+    max_response_tokens: int = 8192
+    output_cap: int = DEFAULT_OUTPUT_CAP
+    parallel_tools: int = 4
+    max_invalid_submissions: int = 3
+    max_cutoffs: int = 2
+    lease_ttl_s: float = 60.0
+    bash_timeout_s: float = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class LoopEvent:
+    """Progress of a run, for live displays (never needed for correctness)."""
+
+    thread_id: str
+    kind: str  # "started" | "turn" | "tool" | "finished"
+    turn: int = 0
+    usage: Usage = field(default_factory=Usage)
+    detail: str = ""
+    status: Status | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    thread_id: str
+    status: Status
+    result: Result | None
+    final_text: str
+    turns: int
+    usage: Usage
+    error: str | None = None
+    exception: BaseException | None = None
+
+    @property
+    def ref(self) -> str:
+        return format_ref(self.thread_id)
+
+
+def runner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class _Run:
+    store: Store
+    thread_id: str
+    model: Model
+    tools: dict[str, Tool[Any]]
+    specs: list[ToolSpec]
+    ctx: ToolContext
+    config: LoopConfig
+    kind: Kind
+    system: str
+    before_model_call: Callable[[], Awaitable[None]] | None
+    on_event: Callable[[LoopEvent], None] | None
+    resolve_task_ref: Callable[[str], Awaitable[str | None]] | None
+    task_key: str | None
+    message: str | None = None
+    turns: int = 0
+    usage: Usage = field(default_factory=Usage)
+    started: float = field(default_factory=time.monotonic)
+    invalid_submissions: int = 0
+    cutoffs: int = 0
+    result: Result | None = None
+    final_text: str = ""
+
+    def emit(self, kind: str, **kw: Any) -> None:
+        if self.on_event is not None:
+            with contextlib.suppress(Exception):
+                self.on_event(LoopEvent(self.thread_id, kind, self.turns, self.usage, **kw))
+
+
+async def run_thread(
+    store: Store,
+    thread_id: str,
+    *,
+    model: Model,
+    tools: Sequence[Tool[Any]],
+    workspace: Path,
+    config: LoopConfig | None = None,
+    before_model_call: Callable[[], Awaitable[None]] | None = None,
+    on_event: Callable[[LoopEvent], None] | None = None,
+    resolve_task_ref: Callable[[str], Awaitable[str | None]] | None = None,
+    owner: str | None = None,
+    env: dict[str, str] | None = None,
+    message: str | None = None,
+) -> RunOutcome:
+    """Run a thread from its stored history until it ends; return how it ended.
+
+    ``message``, if given, is appended as the user's next message once the run owns the thread
+    (after any unanswered tool calls of a crashed run have been answered).
+    The thread's system prompt and tool names come from the thread itself (``tools`` supplies the
+    implementations; ``submit_result`` is handled here for workers). Raises ``LeaseHeld`` when
+    another runner owns the thread and ``asyncio.CancelledError`` when cancelled — after the
+    thread has been left ``interrupted`` with every in-flight tool call answered.
+    """
+    cfg = config or LoopConfig()
+    me = owner or runner_id()
+    info = await store.get_thread(thread_id)
+    impl = {t.name: t for t in tools}
+    specs = []
+    for name in info.tools:
+        if name == SUBMIT_RESULT:
+            specs.append(submit_result_spec())
+        elif name in impl:
+            specs.append(impl[name].spec())
+        else:
+            raise ValueError(f"{info.ref} uses tool {name!r}, which this runner does not provide")
+    run = _Run(
+        store=store,
+        thread_id=thread_id,
+        model=model,
+        tools=impl,
+        specs=specs,
+        ctx=ToolContext(
+            workspace=Path(await asyncio.to_thread(os.path.realpath, workspace)),
+            thread_ref=info.ref,
+            env=env,
+            default_timeout_s=cfg.bash_timeout_s,
+        ),
+        config=cfg,
+        kind=info.kind,
+        system=info.system_prompt or "",
+        before_model_call=before_model_call,
+        on_event=on_event,
+        resolve_task_ref=resolve_task_ref,
+        task_key=(info.task or {}).get("id") if info.task else None,
+        message=message,
+    )
+    await store.acquire_lease(thread_id, me, ttl_s=cfg.lease_ttl_s)
+    renewer = asyncio.create_task(_renew(store, thread_id, me, cfg.lease_ttl_s))
+    bound = structlog.contextvars.bound_contextvars(thread=info.ref, job=format_ref(info.job_id))
+    bound.__enter__()
+    try:
+        await store.set_status(thread_id, Status.RUNNING)
+        run.emit("started", status=Status.RUNNING)
+        log.info("thread.started", kind=str(info.kind), model=model.spec)
+        return await _drive(run)
+    finally:
+        renewer.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await renewer
+        with contextlib.suppress(Exception):
+            await asyncio.shield(store.release_lease(thread_id, me))
+        bound.__exit__(None, None, None)
+
+
+async def _renew(store: Store, thread_id: str, owner: str, ttl: float) -> None:
+    while True:
+        await asyncio.sleep(ttl / 3)
+        if not await store.renew_lease(thread_id, owner, ttl_s=ttl):
+            log.warning("lease.lost", thread=format_ref(thread_id))
+            return
+
+
+async def _drive(run: _Run) -> RunOutcome:
+    cfg = run.config
+    try:
+        async with asyncio.timeout(cfg.timeout_s):
+            await _answer_orphans(run)
+            if run.message is not None:
+                await run.store.append(run.thread_id, NewMessage.user(run.message))
+            return await _turns(run)
+    except TimeoutError:
+        await finish_uncancelled(_answer_orphans(run, replay=False))
+        return await _finish(run, Status.FAILED, error=f"timed out after {cfg.timeout_s:g} s")
+    except BudgetExhausted as exc:
+        return await _finish(run, Status.FAILED, error=f"budget exhausted: {exc}", exception=exc)
+    except ModelError as exc:
+        return await _finish(
+            run, Status.FAILED, error=f"model provider failed: {exc}", exception=exc
+        )
+    except asyncio.CancelledError:
+        await finish_uncancelled(_answer_orphans(run, replay=False))
+        await _finish(run, Status.INTERRUPTED, error="interrupted")
+        raise
+    except Exception as exc:
+        log.exception("thread.crashed")
+        await _finish(run, Status.FAILED, error=f"{type(exc).__name__}: {exc}", exception=exc)
+        raise
+
+
+async def _answer_orphans(run: _Run, *, replay: bool = True) -> None:
+    """The newest assistant turn may have tool calls nobody answered (the process died, or the
+    run was stopped before they ran). Each is answered with the stored synthetic "interrupted"
+    result — the tool is never re-run automatically — except tools that declare themselves
+    ``replay_safe`` (reads, and ``dispatch``, whose dispatch rows make a replay reuse the workers
+    it already started), which are run again when ``replay`` is on."""
+    history = await run.store.messages(run.thread_id, start=max(1, await _head(run)))
+    if not history or history[-1].role != "assistant":
+        return
+    uses = [b for b in history[-1].content if isinstance(b, ToolUseBlock)]
+    if not uses:
+        return
+    safe = [u for u in uses if replay and u.name in run.tools and run.tools[u.name].replay_safe]
+    outputs = await _run_tools(run, safe) if safe else {}
+    await _answer(run, uses, outputs)
+    if len(safe) < len(uses):
+        log.warning("thread.orphans_answered", count=len(uses) - len(safe))
+
+
+async def _head(run: _Run) -> int:
+    return (await run.store.get_thread(run.thread_id)).head_seq
+
+
+async def _turns(run: _Run) -> RunOutcome:
+    cfg = run.config
+    while True:
+        history = await run.store.messages(run.thread_id)
+        if not history:
+            return await _finish(run, Status.FAILED, error="the thread has no messages to answer")
+        if history[-1].role == "assistant":
+            # nothing new to answer (e.g. resumed without a message): the thread stands as it is
+            run.final_text = _text_of(history[-1])
+            return await _finish(run, Status.DONE)
+        if run.turns >= cfg.max_turns:
+            return await _finish(
+                run, Status.FAILED, error=f"max_turns ({cfg.max_turns}) reached without an end"
+            )
+        if cfg.max_tokens_total is not None and run.usage.total_tokens >= cfg.max_tokens_total:
+            raise BudgetExhausted(
+                f"{run.usage.total_tokens:,} of {cfg.max_tokens_total:,} tokens for this thread"
+            )
+        if run.before_model_call is not None:
+            await run.before_model_call()
+        request = build_request(
+            system=run.system,
+            tools=run.specs,
+            history=history,
+            thread_ref=format_ref(run.thread_id),
+            max_tokens=cfg.max_response_tokens,
+            output_cap=cfg.output_cap,
+            resolve_task_ref=run.resolve_task_ref,
+        )
+        response = await run.model.complete(request)
+        run.turns += 1
+        run.usage = run.usage + response.usage
+        record = UsageRecord(
+            model=response.model or run.model.spec,
+            usage=response.usage,
+            cost_usd=run.model.cost_usd(response.usage),
+        )
+        # the API refuses empty text blocks when they are sent back: never store one
+        content = [
+            b for b in response.content if not (isinstance(b, TextBlock) and not b.text.strip())
+        ] or [TextBlock(text="(empty reply)")]
+        stored = await run.store.append(
+            run.thread_id, NewMessage(role="assistant", content=content), usage=record
+        )
+        turn_msg = stored[-1]
+        uses = [b for b in content if isinstance(b, ToolUseBlock)]
+        run.emit("turn")
+        log.info(
+            "turn.stored",
+            seq=turn_msg.seq,
+            stop=response.stop_reason,
+            tools=[u.name for u in uses],
+            input_tokens=response.usage.input_tokens,
+            cache_read=response.usage.cache_read_input_tokens,
+        )
+        ended = await _after_turn(run, response, turn_msg, uses)
+        if ended is not None:
+            return ended
+
+
+async def _after_turn(
+    run: _Run, response: ModelResponse, turn: Message, uses: list[ToolUseBlock]
+) -> RunOutcome | None:
+    stop = response.stop_reason
+    if stop == "refusal":
+        return await _finish(run, Status.FAILED, error="the model refused to continue")
+    if stop == "max_tokens":
+        run.cutoffs += 1
+        if run.cutoffs > run.config.max_cutoffs:
+            if uses:
+                await _answer(
+                    run, uses, {u.id: ToolOutput(CUT_OFF_TOOL, is_error=True) for u in uses}
+                )
+            return await _finish(
+                run, Status.FAILED, error="the model's replies kept hitting the output-token limit"
+            )
+        if uses:
+            await _answer(run, uses, {u.id: ToolOutput(CUT_OFF_TOOL, is_error=True) for u in uses})
+        else:
+            await run.store.append(run.thread_id, NewMessage.user(CUT_OFF_TEXT))
+        return None
+    if stop == "pause_turn" and not uses:
+        # the provider paused a long turn: the next call continues it from the stored turn
+        await run.store.append(run.thread_id, NewMessage.user("Continue."))
+        return None
+    if not uses:
+        run.final_text = _text_of(turn)
+        if run.kind == Kind.WORKER and run.result is None:
+            run.result = Result(status="partial", summary=(run.final_text or "(no text)")[:2000])
+        return await _finish(run, Status.DONE)
+    outputs = await _run_tools(run, uses)
+    await _answer(run, uses, outputs)
+    if run.result is not None:
+        return await _finish(run, Status.DONE)
+    if run.invalid_submissions > run.config.max_invalid_submissions:
+        return await _finish(
+            run, Status.FAILED, error="submit_result kept failing validation; no result"
+        )
+    return None
+
+
+async def _answer(run: _Run, uses: list[ToolUseBlock], outputs: dict[str, ToolOutput]) -> None:
+    blocks = [
+        ToolResultBlock(
+            tool_use_id=u.id,
+            content=outputs[u.id].text if u.id in outputs else INTERRUPTED_RESULT,
+            is_error=outputs[u.id].is_error if u.id in outputs else True,
+        )
+        for u in uses
+    ]
+    await run.store.append(run.thread_id, NewMessage(role="user", content=blocks))
+
+
+async def _run_tools(run: _Run, uses: list[ToolUseBlock]) -> dict[str, ToolOutput]:
+    """Run one turn's tool calls, concurrently up to ``parallel_tools``; ``submit_result`` last.
+    If cancelled, the calls that finished keep their results and the others are answered with
+    the interrupted marker before the cancellation goes on."""
+    outputs: dict[str, ToolOutput] = {}
+    sem = asyncio.Semaphore(run.config.parallel_tools)
+
+    async def one(use: ToolUseBlock) -> None:
+        async with sem:
+            run.emit("tool", detail=use.name)
+            outputs[use.id] = await _invoke(run, use)
+
+    others = [u for u in uses if u.name != SUBMIT_RESULT]
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for u in others:
+                tg.create_task(one(u))
+    except asyncio.CancelledError:
+        await asyncio.shield(_answer(run, uses, outputs))
+        raise
+    submits = [u for u in uses if u.name == SUBMIT_RESULT]
+    for i, u in enumerate(submits):
+        if i > 0:
+            outputs[u.id] = ToolOutput("only one submit_result per task; ignored", is_error=True)
+        else:
+            outputs[u.id] = await _submit(run, u)
+    return outputs
+
+
+async def _invoke(run: _Run, use: ToolUseBlock) -> ToolOutput:
+    tool = run.tools.get(use.name)
+    if tool is None or use.name not in {s.name for s in run.specs}:
+        names = ", ".join(s.name for s in run.specs)
+        return ToolOutput(f"unknown tool {use.name!r}; available: {names}", is_error=True)
+    try:
+        return await tool.invoke(use.input, dataclasses.replace(run.ctx, tool_use_id=use.id))
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a tool bug must not take the thread down: the model is told
+        log.exception("tool.crashed", tool=use.name)
+        return ToolOutput(f"{use.name} failed: {type(exc).__name__}: {exc}", is_error=True)
+
+
+async def _submit(run: _Run, use: ToolUseBlock) -> ToolOutput:
+    if SUBMIT_RESULT not in {s.name for s in run.specs}:
+        return ToolOutput("submit_result is not available in this thread", is_error=True)
+    try:
+        submission = Submission.model_validate(use.input)
+    except ValidationError as err:
+        run.invalid_submissions += 1
+        return ToolOutput(validation_message(err), is_error=True)
+    ancestry = await run.store.ancestry(run.thread_id)
+    findings, dropped = check_evidence(submission, ancestry=ancestry)
+    run.result = to_result(
+        submission,
+        findings,
+        dropped,
+        ref=format_ref(run.thread_id),
+        task=run.task_key,
+    )
+    note = f" ({dropped} evidence refs did not resolve and were dropped)" if dropped else ""
+    return ToolOutput(f"Result recorded{note}. Your task is over.")
+
+
+async def _finish(
+    run: _Run,
+    status: Status,
+    *,
+    error: str | None = None,
+    exception: BaseException | None = None,
+) -> RunOutcome:
+    """Write the terminal status (with the result) — idempotent and finished even under
+    cancellation — and only then report the end."""
+    duration = round(time.monotonic() - run.started, 3)
+    result = run.result
+    if result is None and run.kind == Kind.WORKER and status != Status.DONE:
+        result = Result(status="failed", summary=error or str(status))
+    if result is None and run.kind != Kind.WORKER and run.final_text:
+        result = Result(status="done", summary=run.final_text[:2000])
+    if result is not None:
+        result = result.model_copy(
+            update={
+                "ref": format_ref(run.thread_id),
+                "task": result.task or run.task_key,
+                "turns": run.turns,
+                "usage": run.usage,
+                "duration_s": duration,
+            }
+        )
+
+    await finish_uncancelled(
+        run.store.set_status(run.thread_id, status, error=error, result=result)
+    )
+    run.emit("finished", status=status, detail=error or "")
+    log.info("thread.finished", status=str(status), turns=run.turns, error=error)
+    return RunOutcome(
+        thread_id=run.thread_id,
+        status=status,
+        result=result,
+        final_text=run.final_text,
+        turns=run.turns,
+        usage=run.usage,
+        error=error,
+        exception=exception,
+    )
+
+
+def _text_of(msg: Message) -> str:
+    return "\n".join(b.text for b in msg.content if isinstance(b, TextBlock)).strip()

@@ -1,0 +1,70 @@
+"""Building the model request from the stored transcript.
+
+The request is a pure function of what is stored (system prompt, tool specs in the thread's
+order, the visible history) so a resumed or forked thread sends a byte-identical prefix and the
+provider's prompt cache keeps hitting. Tool outputs are stored whole; the model sees each one
+capped, head and tail kept, with a marker naming the omitted size and the ref of the whole output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+
+from store import Message, NewMessage, ToolResultBlock, format_ref
+
+from ._protocol import ModelRequest, ToolSpec
+
+DEFAULT_OUTPUT_CAP = 30_000
+
+
+def cap_text(text: str, cap: int, ref: str) -> str:
+    """``text`` if it fits in ``cap`` characters, else its head and tail around a marker."""
+    if len(text) <= cap:
+        return text
+    head = (cap * 2) // 3
+    tail = cap - head
+    omitted = len(text) - head - tail
+    marker = (
+        f"\n\n[… {omitted:,} characters omitted ({len(text):,} in all); the whole output is"
+        f" stored at {ref} — read it with read_thread or `threadloom show {ref} --raw` …]\n\n"
+    )
+    return text[:head] + marker + text[-tail:]
+
+
+def model_view(msg: Message, cap: int) -> NewMessage:
+    """What the model sees of one stored message. Each tool output is labelled with the ref of
+    the message that stores it (so a worker can cite it as evidence), and outputs over ``cap``
+    are shortened. Both depend only on what is stored, so the view is the same on every call."""
+    if msg.role != "user" or not any(isinstance(b, ToolResultBlock) for b in msg.content):
+        return NewMessage.model_construct(role=msg.role, content=msg.content)
+    ref = format_ref(msg.thread_id, msg.seq)
+    blocks = []
+    for b in msg.content:
+        if isinstance(b, ToolResultBlock):
+            b = ToolResultBlock(
+                tool_use_id=b.tool_use_id,
+                content=f"[{ref}]\n{cap_text(b.text, cap, ref)}",
+                is_error=b.is_error,
+            )
+        blocks.append(b)
+    return NewMessage.model_construct(role=msg.role, content=blocks)
+
+
+def build_request(
+    *,
+    system: str,
+    tools: Sequence[ToolSpec],
+    history: Sequence[Message],
+    thread_ref: str,
+    max_tokens: int,
+    output_cap: int = DEFAULT_OUTPUT_CAP,
+    resolve_task_ref: Callable[[str], Awaitable[str | None]] | None = None,
+) -> ModelRequest:
+    return ModelRequest(
+        system=system,
+        tools=list(tools),
+        messages=[model_view(m, output_cap) for m in history],
+        max_tokens=max_tokens,
+        thread_ref=thread_ref,
+        resolve_task_ref=resolve_task_ref,
+    )

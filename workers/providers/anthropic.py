@@ -1,0 +1,367 @@
+"""``AnthropicModel``: the Anthropic Messages API through the official SDK.
+
+This is the only module that imports ``anthropic``, and it translates every SDK exception here
+(``raise … from exc``); ``workers.providers`` imports it lazily.
+
+Request: ``system`` as one text block, ``tools`` as name/description/input_schema, our stored
+content blocks converted to API params. Empty text blocks are dropped (the API rejects them), as
+are thinking blocks without a signature (the API requires one; they come from other providers); a
+message left with nothing is sent as the text ``(empty)``.
+
+Prompt caching: ``cache_control: {"type": "ephemeral"}`` on the last tool, the system block, the
+last block of the message that ended the previous request (the one just before the newest
+assistant message) and the last block of the newest message — at most 4, the API's limit. The
+previous request's breakpoint is repeated byte for byte so its prefix is read from the cache even
+when a turn appends more blocks than the API's 20-block lookback. The markers are added to freshly
+dumped dicts, never to our stored (frozen) message objects.
+
+Response: ``text``, ``thinking`` (with its signature) and ``tool_use`` become our blocks;
+``redacted_thinking`` and server-tool blocks are skipped (our block format cannot carry their
+opaque payload, and we never enable the features that produce them). An empty reply becomes one
+empty text block. ``model_context_window_exceeded`` maps to ``max_tokens``.
+
+Retries are ours (the SDK's ``max_retries=0``): 408/429/5xx (not 501)/529, connection errors and
+timeouts are retried with exponential backoff and jitter, honouring ``retry-after-ms`` /
+``retry-after``; a 402, or a 429/400 whose message speaks of a spend, usage or credit limit, is
+``SpendLimitReached`` at once; ``prompt is too long`` and 413 are ``ContextTooLong``, never retried;
+other 4xx are ``ProviderRejected``; a retryable failure on the last attempt is
+``ProviderUnavailable(attempts=n)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+import anthropic
+import structlog
+
+from store import (
+    ContentBlock,
+    NewMessage,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+)
+from workers._protocol import ModelRequest, ModelResponse, StopReason, ToolSpec
+from workers.errors import (
+    BadModelResponse,
+    ContextTooLong,
+    ModelError,
+    ModelSpecError,
+    ProviderRejected,
+    ProviderUnavailable,
+    SpendLimitReached,
+)
+
+from ._pricing import cost_usd
+from ._retry import RETRYABLE_STATUS, RetryPolicy, parse_retry_after
+
+if TYPE_CHECKING:
+    from anthropic.types import Message as SDKMessage
+
+log = structlog.get_logger(__name__)
+
+MAX_CACHE_BREAKPOINTS = 4
+EMPTY_MESSAGE_TEXT = "(empty)"
+
+_SPEND_LIMIT = re.compile(
+    r"\b(spend|spending|usage|credit|billing)\b[^.]{0,40}\blimit|credit balance", re.IGNORECASE
+)
+_TOO_LONG = re.compile(
+    r"prompt is too long|input length and `?max_tokens`? exceed|context (window|length|limit)",
+    re.IGNORECASE,
+)
+_STOP_REASONS: dict[str, StopReason] = {
+    "end_turn": "end_turn",
+    "tool_use": "tool_use",
+    "max_tokens": "max_tokens",
+    "pause_turn": "pause_turn",
+    "refusal": "refusal",
+    "stop_sequence": "stop_sequence",
+    "model_context_window_exceeded": "max_tokens",
+}
+
+
+class AnthropicModel:
+    """A ``Model`` over ``anthropic.AsyncAnthropic``.
+
+    ``api_key`` defaults to ``ANTHROPIC_API_KEY`` (then ``ANTHROPIC_AUTH_TOKEN``); without one the
+    constructor raises ``ModelSpecError`` (a configuration error, exit 2). ``base_url`` defaults to
+    ``ANTHROPIC_BASE_URL`` (read by the SDK), then the public API. ``timeout`` is per attempt, in
+    seconds. ``max_tokens``, when given, overrides ``request.max_tokens``.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        max_retries: int = 4,
+        timeout: float = 600.0,
+        max_tokens: int | None = None,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 20.0,
+        retry_after_cap: float = 60.0,
+    ) -> None:
+        self._model = model
+        self._api_key = api_key or os.environ.get("ANTHROPIC_API_KEY") or None
+        self._auth_token = None if self._api_key else os.environ.get("ANTHROPIC_AUTH_TOKEN")
+        if not self._api_key and not self._auth_token:
+            raise ModelSpecError(
+                f"anthropic:{model} needs an API key: set ANTHROPIC_API_KEY (or pass api_key=...)"
+            )
+        self._base_url = base_url
+        self._timeout = timeout
+        self._max_tokens = max_tokens
+        self._policy = RetryPolicy(
+            max_retries=max_retries,
+            backoff_base=backoff_base,
+            backoff_cap=backoff_cap,
+            retry_after_cap=retry_after_cap,
+        )
+        self._client: anthropic.AsyncAnthropic | None = None
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"AnthropicModel({self._model!r})"
+
+    @property
+    def spec(self) -> str:
+        return f"anthropic:{self._model}"
+
+    def cost_usd(self, usage: Usage) -> float:
+        return cost_usd(self._model, usage)
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+
+    def _sdk(self) -> anthropic.AsyncAnthropic:
+        if self._client is None:
+            self._client = anthropic.AsyncAnthropic(
+                api_key=self._api_key,
+                auth_token=self._auth_token if not self._api_key else None,
+                base_url=self._base_url,
+                max_retries=0,
+                timeout=self._timeout,
+            )
+        return self._client
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        params = build_params(
+            request, model=self._model, max_tokens=self._max_tokens or request.max_tokens
+        )
+        client = self._sdk()
+        attempt = 0
+        while True:
+            attempt += 1
+            retry_after: float | None = None
+            status: int | None = None
+            try:
+                message = await client.messages.create(**params, timeout=self._timeout)
+            except anthropic.APIStatusError as exc:
+                status = exc.status_code
+                self._raise_if_final(exc, attempt)
+                retry_after = parse_retry_after(exc.response.headers)
+                failure: Exception = exc
+                reason = f"HTTP {status} {_error_type(exc)}: {_error_message(exc)}"
+            except anthropic.APIConnectionError as exc:  # APITimeoutError included
+                failure = exc
+                reason = "timed out" if isinstance(exc, anthropic.APITimeoutError) else str(exc)
+            except anthropic.APIResponseValidationError as exc:
+                raise BadModelResponse(
+                    f"anthropic {self._model}: response does not match the API schema: {exc}",
+                    attempts=attempt,
+                    status_code=exc.status_code,
+                ) from exc
+            except anthropic.AnthropicError as exc:
+                raise ModelError(
+                    f"anthropic {self._model}: {type(exc).__name__}: {exc}", attempts=attempt
+                ) from exc
+            else:
+                return _to_response(message, self._model)
+
+            if attempt > self._policy.max_retries:
+                raise ProviderUnavailable(
+                    f"anthropic {self._model}: {reason} (gave up after {attempt} attempts)",
+                    attempts=attempt,
+                    status_code=status,
+                ) from failure
+            delay = self._policy.delay(attempt, retry_after)
+            log.warning(
+                "model.retrying",
+                provider="anthropic",
+                model=self._model,
+                attempt=attempt,
+                status=status,
+                reason=reason,
+                delay_s=round(delay, 3),
+            )
+            await asyncio.sleep(delay)
+
+    def _raise_if_final(self, exc: anthropic.APIStatusError, attempt: int) -> None:
+        """Raise our error for a status that must not be retried; return if it may be."""
+        status = exc.status_code
+        text = _error_message(exc)
+        what = f"anthropic {self._model}: HTTP {status} {_error_type(exc)}: {text}"
+        if status == 413 or (status == 400 and _TOO_LONG.search(text)):
+            raise ContextTooLong(what, attempts=attempt, status_code=status) from exc
+        if status == 402 or (status in (400, 403, 429) and _SPEND_LIMIT.search(text)):
+            raise SpendLimitReached(what, attempts=attempt, status_code=status) from exc
+        if status in RETRYABLE_STATUS or (status >= 500 and status != 501):
+            return
+        raise ProviderRejected(what, attempts=attempt, status_code=status) from exc
+
+
+# --- request ------------------------------------------------------------------------------------
+
+
+def build_params(request: ModelRequest, *, model: str, max_tokens: int) -> dict[str, Any]:
+    """The keyword arguments of ``messages.create`` for ``request``: fresh dicts, with cache
+    breakpoints. Pure, so a rebuilt request is byte-identical."""
+    params: dict[str, Any] = {"model": model, "max_tokens": max_tokens}
+    breakpoints: list[dict[str, Any]] = []
+    if request.tools:
+        tools = [_tool_param(t) for t in request.tools]
+        breakpoints.append(tools[-1])
+        params["tools"] = tools
+    if request.system:
+        system = [{"type": "text", "text": request.system}]
+        breakpoints.append(system[-1])
+        params["system"] = system
+    messages = [_message_param(m) for m in request.messages]
+    params["messages"] = messages
+    for index in _message_breakpoints(request.messages):
+        block = _cacheable_block(messages[index])
+        if block is not None:
+            breakpoints.append(block)
+    for block in breakpoints[:MAX_CACHE_BREAKPOINTS]:
+        block["cache_control"] = {"type": "ephemeral"}
+    return params
+
+
+def _message_breakpoints(messages: Sequence[NewMessage]) -> list[int]:
+    """Indexes of the message that ended the previous request (the one just before the newest
+    assistant message) and of the newest message."""
+    if not messages:
+        return []
+    last = len(messages) - 1
+    newest_assistant = next((i for i in range(last, 0, -1) if messages[i].role == "assistant"), 0)
+    previous = newest_assistant - 1
+    return [previous, last] if 0 <= previous < last else [last]
+
+
+def _cacheable_block(message: dict[str, Any]) -> dict[str, Any] | None:
+    for block in reversed(message["content"]):
+        if block["type"] not in ("thinking", "redacted_thinking"):
+            return cast(dict[str, Any], block)
+    return None
+
+
+def _tool_param(tool: ToolSpec) -> dict[str, Any]:
+    param: dict[str, Any] = {"name": tool.name, "input_schema": _copy(tool.input_schema)}
+    if tool.description:
+        param["description"] = tool.description
+    return param
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+def _message_param(message: NewMessage) -> dict[str, Any]:
+    content = [p for p in (_block_param(b) for b in message.content) if p is not None]
+    if not content:
+        content = [{"type": "text", "text": EMPTY_MESSAGE_TEXT}]
+    return {"role": message.role, "content": content}
+
+
+def _block_param(block: ContentBlock) -> dict[str, Any] | None:
+    if isinstance(block, TextBlock):
+        return {"type": "text", "text": block.text} if block.text else None
+    if isinstance(block, ThinkingBlock):
+        if not block.signature:
+            return None
+        return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
+    if isinstance(block, ToolUseBlock):
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": _copy(block.input)}
+    if isinstance(block, ToolResultBlock):
+        param: dict[str, Any] = {"type": "tool_result", "tool_use_id": block.tool_use_id}
+        if isinstance(block.content, str):
+            param["content"] = block.content
+        else:
+            parts = [{"type": "text", "text": b.text} for b in block.content if b.text]
+            param["content"] = parts or ""
+        if block.is_error:
+            param["is_error"] = True
+        return param
+    raise TypeError(f"unknown content block {type(block).__name__}")  # pragma: no cover
+
+
+# --- response -----------------------------------------------------------------------------------
+
+
+def _to_response(message: SDKMessage, model: str) -> ModelResponse:
+    content: list[ContentBlock] = []
+    for block in message.content:
+        if block.type == "text":
+            content.append(TextBlock(text=block.text))
+        elif block.type == "thinking":
+            content.append(ThinkingBlock(thinking=block.thinking, signature=block.signature))
+        elif block.type == "tool_use":
+            tool_input = block.input if isinstance(block.input, dict) else {"_raw": block.input}
+            content.append(ToolUseBlock(id=block.id, name=block.name, input=tool_input))
+        else:
+            log.debug("model.block_skipped", provider="anthropic", type=block.type)
+    if not content:
+        content.append(TextBlock(text=""))
+    usage = message.usage
+    stop = _STOP_REASONS.get(message.stop_reason or "end_turn")
+    if stop is None:  # a stop reason newer than this code: judge by the content
+        log.warning("model.unknown_stop_reason", provider="anthropic", value=message.stop_reason)
+        stop = "tool_use" if any(isinstance(b, ToolUseBlock) for b in content) else "end_turn"
+    return ModelResponse(
+        content=content,
+        stop_reason=stop,
+        usage=Usage(
+            input_tokens=usage.input_tokens or 0,
+            output_tokens=usage.output_tokens or 0,
+            cache_read_input_tokens=usage.cache_read_input_tokens or 0,
+            cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
+        ),
+        model=message.model or model,
+    )
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+def _error_field(exc: anthropic.APIStatusError, key: str) -> str | None:
+    body = exc.body
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and isinstance(error.get(key), str):
+            return cast(str, error[key])
+    return None
+
+
+def _error_message(exc: anthropic.APIStatusError) -> str:
+    message = _error_field(exc, "message")
+    if message is not None:
+        return message
+    return exc.body if isinstance(exc.body, str) and exc.body else exc.message
+
+
+def _error_type(exc: anthropic.APIStatusError) -> str:
+    return _error_field(exc, "type") or "error"

@@ -1,0 +1,271 @@
+"""``bash``: run a shell command in the workspace, in its own process group, and clean up after it.
+
+The contract:
+
+- ``bash -c COMMAND`` with cwd = the workspace, stdin from ``/dev/null``, stdout and stderr merged
+  into one stream, in a new session (so its process group is its own and can be killed whole).
+- The environment is ``os.environ`` plus ``ctx.env``, minus every variable whose name contains
+  KEY, SECRET, TOKEN or PASSWORD (any case): the model must not see or exfiltrate credentials.
+- Nothing outlives the command: when the shell exits, whatever it left running in its process
+  group is killed (this also keeps a background child holding the output pipe from hanging us).
+  On timeout the whole group is killed and an error result returns promptly with the output so
+  far; on cancellation the group is killed and ``CancelledError`` propagates.
+- The output is read as a stream and kept whole up to ``output_cap_bytes`` (64 MiB); beyond that
+  the head and the tail are kept around a marker giving the omitted size. Capping what the model
+  sees is the loop's job, not this tool's. The result ends with ``[exit code: N]``; a non-zero exit
+  is a normal result (the model reads the code), ``is_error`` is for timeouts and failures to start.
+
+The shell's exit is detected with ``waitid(WNOWAIT)`` on a helper thread, not by asyncio's
+subprocess machinery: on Python 3.11 ``Process.wait()`` also waits for the output pipe to close,
+which a background grandchild can hold open indefinitely. ``WNOWAIT`` leaves the shell a zombie
+until the group has been killed, so its pid (= the group id) cannot be reused in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+from collections import deque
+from collections.abc import Mapping
+
+from pydantic import Field
+
+from ._base import Tool, ToolContext, ToolInput, ToolOutput
+
+MAX_TIMEOUT_S = 600.0
+DEFAULT_OUTPUT_CAP = 64 * 1024 * 1024
+DRAIN_GRACE_S = 2.0
+"""After the group is killed, how long to wait for the pipe to reach EOF: only a process that
+left the group (``setsid``) can hold it open longer, and we stop reading rather than wait on it."""
+SECRET_MARKERS = ("KEY", "SECRET", "TOKEN", "PASSWORD")
+_READ_SIZE = 1 << 20
+
+
+class BashInput(ToolInput):
+    command: str = Field(min_length=1, description="The bash command line to run.")
+    timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_TIMEOUT_S,
+        description=f"Seconds before the command is killed (default 120, at most "
+        f"{MAX_TIMEOUT_S:g}).",
+    )
+
+
+class BashTool(Tool[BashInput]):
+    name = "bash"
+    description = (
+        "Run a bash command with the workspace as the working directory; stdout and stderr are "
+        "returned merged, followed by `[exit code: N]`. stdin is empty (no interactive "
+        "programs). On timeout (default 120 s) the command and everything it started are "
+        "killed. Background processes do not survive the command. Secrets (variables named "
+        "*KEY*, *SECRET*, *TOKEN*, *PASSWORD*) are not in the environment."
+    )
+    Input = BashInput
+
+    def __init__(self, *, output_cap_bytes: int = DEFAULT_OUTPUT_CAP) -> None:
+        self.output_cap_bytes = output_cap_bytes
+
+    async def run(self, args: BashInput, ctx: ToolContext) -> ToolOutput:
+        timeout = min(args.timeout_s or ctx.default_timeout_s, MAX_TIMEOUT_S)
+        try:
+            # Popen, not asyncio's subprocess: see the module docstring. Spawning is quick (vfork).
+            proc = subprocess.Popen(  # noqa: ASYNC220
+                ["bash", "-c", args.command],
+                cwd=ctx.workspace,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=scrubbed_environment(os.environ, ctx.env),
+            )
+        except OSError as exc:
+            return ToolOutput(f"bash: failed to start: {exc}", is_error=True)
+        run = _Run(proc, OutputBuffer(self.output_cap_bytes))
+        try:
+            timed_out = False
+            try:
+                async with asyncio.timeout(timeout):
+                    await asyncio.shield(run.exited)
+            except TimeoutError:
+                timed_out = True
+            run.kill_group()  # on timeout: everything; after a normal exit: what was left behind
+            code = await run.finish()
+        except BaseException:
+            run.abandon()
+            raise
+        if timed_out:
+            footer = f"\n[timed out after {timeout:g} s; the command's process group was killed]"
+            return ToolOutput(run.output.text(footer), is_error=True)
+        return ToolOutput(run.output.text(f"\n[exit code: {_describe_exit(code)}]"))
+
+
+def scrubbed_environment(
+    base: Mapping[str, str], extra: Mapping[str, str] | None
+) -> dict[str, str]:
+    """``base`` + ``extra`` without any variable whose name looks like it holds a credential."""
+    merged = {**base, **(extra or {})}
+    return {
+        name: value
+        for name, value in merged.items()
+        if not any(marker in name.upper() for marker in SECRET_MARKERS)
+    }
+
+
+def _describe_exit(code: int) -> str:
+    if code >= 0:
+        return str(code)
+    try:
+        return f"{code} (killed by {signal.Signals(-code).name})"
+    except ValueError:
+        return str(code)
+
+
+class OutputBuffer:
+    """The command's output: whole up to ``cap`` bytes; beyond, the first and last halves."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.head = bytearray()
+        self.tail: deque[bytes] = deque()
+        self.tail_size = 0
+        self.total = 0
+        self.overflowed = False
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        if not self.overflowed:
+            if len(self.head) + len(data) <= self.cap:
+                self.head += data
+                return
+            self.overflowed = True
+            keep = self.cap // 2
+            spill = bytes(self.head[keep:]) + data
+            del self.head[keep:]
+            data = spill
+        self.tail.append(data)
+        self.tail_size += len(data)
+        tail_cap = self.cap - self.cap // 2
+        while self.tail and self.tail_size - len(self.tail[0]) >= tail_cap:
+            self.tail_size -= len(self.tail.popleft())
+
+    def text(self, footer: str) -> str:
+        """The output as text followed by ``footer``. Decoded once, from one buffer: the output
+        may be tens of MB and should not be copied more than needed."""
+        if self.overflowed:
+            tail = b"".join(self.tail)
+            tail = tail[len(tail) - (self.cap - self.cap // 2) :] if tail else tail
+            omitted = self.total - len(self.head) - len(tail)
+            self.head += f"\n[… {omitted} bytes of output omitted …]\n".encode()
+            self.head += tail
+            self.tail.clear()
+        if not self.head:
+            self.head += b"(no output)"
+        elif not self.head.endswith(b"\n"):
+            footer = "\n" + footer.lstrip("\n")
+        else:
+            footer = footer.lstrip("\n")
+        self.head += footer.encode()
+        text = self.head.decode("utf-8", "replace")
+        self.head = bytearray()
+        return text
+
+
+class _Run:
+    """One running shell: its output reader, its exit watcher, and the kill switch."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], output: OutputBuffer) -> None:
+        assert proc.stdout is not None
+        self.proc = proc
+        self.pgid = proc.pid  # start_new_session: the shell leads its own group
+        self.output = output
+        self.loop = asyncio.get_running_loop()
+        self.exited: asyncio.Future[None] = self.loop.create_future()
+        self.eof: asyncio.Future[None] = self.loop.create_future()
+        self.abandoned = False
+        self.fd = proc.stdout.fileno()
+        os.set_blocking(self.fd, False)
+        _grow_pipe(self.fd)
+        self.loop.add_reader(self.fd, self._on_readable)
+        threading.Thread(target=self._watch_exit, name=f"bash-{proc.pid}", daemon=True).start()
+
+    def _on_readable(self) -> None:
+        try:
+            chunk = os.read(self.fd, _READ_SIZE)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if chunk:
+            self.output.feed(chunk)
+            return
+        self._close_pipe()
+
+    def _close_pipe(self) -> None:
+        if not self.eof.done():
+            self.eof.set_result(None)
+        if self.proc.stdout is not None and not self.proc.stdout.closed:
+            self.loop.remove_reader(self.fd)
+            self.proc.stdout.close()
+
+    def _watch_exit(self) -> None:
+        with contextlib.suppress(ChildProcessError):
+            os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOWAIT)
+        try:
+            self.loop.call_soon_threadsafe(self._on_exit)
+        except RuntimeError:  # the loop is closed: nobody will reap it but us
+            self.kill_group()
+            self.proc.wait()
+
+    def _on_exit(self) -> None:
+        if self.abandoned:
+            self.kill_group()
+            self.proc.wait()
+        elif not self.exited.done():
+            self.exited.set_result(None)
+
+    def kill_group(self) -> None:
+        # The shell is not reaped before this is called, so the group id is still ours.
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pgid, signal.SIGKILL)
+
+    async def finish(self) -> int:
+        """After the group was killed: reap the shell and read the pipe to its end (bounded)."""
+        await asyncio.shield(self.exited)
+        code = self.proc.wait()  # a zombie by now: returns at once
+        if not self.eof.done():
+            try:
+                async with asyncio.timeout(DRAIN_GRACE_S):
+                    await asyncio.shield(self.eof)
+            except TimeoutError:
+                self.output.feed(
+                    b"\n[stopped reading: the output pipe is held open by a process that left "
+                    b"the command's process group]\n"
+                )
+        self._close_pipe()
+        return code
+
+    def abandon(self) -> None:
+        """Cancelled: kill the group now; the exit watcher reaps the shell when it is gone."""
+        self.abandoned = True
+        self.kill_group()
+        self._close_pipe()
+        if self.exited.done() and self.proc.returncode is None:  # exited, not yet reaped
+            self.proc.wait()
+
+
+def _grow_pipe(fd: int) -> None:
+    """Fewer, larger reads for big outputs (Linux only; best effort)."""
+    try:
+        import fcntl
+
+        set_size = getattr(fcntl, "F_SETPIPE_SZ", None)
+        if set_size is not None:
+            fcntl.fcntl(fd, set_size, _READ_SIZE)
+    except OSError:
+        pass

@@ -1,0 +1,68 @@
+"""The pure-Python ``grep`` engine, used when ripgrep is not installed.
+
+It mirrors ``rg --hidden --no-ignore --no-follow --sort path --encoding none --glob G
+--glob '!.git'``: every file below the search path in tree order, hidden ones included, ``.git``
+and symlinks skipped (never followed), non-regular files skipped, the glob applied with
+ripgrep's override rules, binary files (any NUL byte) skipped, lines split on ``\\n`` and each
+matched without its terminator. The search path itself is never filtered by the glob.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from ._errors import ToolFailure
+from ._glob import OverrideGlob
+from ._grep_common import GrepResult, show_line
+from ._paths import open_regular, walk_tree
+
+
+def compile_pattern(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ToolFailure(f"invalid regex {pattern!r}: {exc}") from None
+
+
+def grep_python(
+    root: Path, target: Path, pattern: str, glob: OverrideGlob | None, *, cap: int
+) -> GrepResult:
+    regex = compile_pattern(pattern)
+    result = GrepResult(cap=cap)
+    for rel, path in _candidates(root, target, glob):
+        try:
+            with os.fdopen(open_regular(path, root), "rb") as file:
+                matches: list[tuple[int, str]] = []
+                count = 0
+                binary = False
+                room = result.room
+                for number, raw in enumerate(file, start=1):
+                    if b"\x00" in raw:
+                        binary = True
+                        break
+                    line = raw.removesuffix(b"\n")
+                    if regex.search(line.decode("utf-8", "replace")):
+                        count += 1
+                        if len(matches) < room:
+                            matches.append((number, show_line(line)))
+        except (OSError, ToolFailure):
+            continue  # unreadable or replaced meanwhile: ripgrep skips it too
+        if not binary and count:
+            result.add_file(os.fsencode(rel), matches, count)
+    return result
+
+
+def _candidates(root: Path, target: Path, glob: OverrideGlob | None) -> Iterator[tuple[str, Path]]:
+    if not target.is_dir():
+        yield os.path.relpath(target, root), target
+        return
+
+    def skip(rel: bytes, is_dir: bool) -> bool:
+        return glob is not None and glob.decide(rel, is_dir) == "exclude"
+
+    for rel, entry in walk_tree(root, target, skip=skip):
+        if not entry.is_symlink() and entry.is_file(follow_symlinks=False):
+            yield rel, Path(entry.path)
