@@ -26,6 +26,7 @@ from ._models import (
     Verification,
 )
 from ._store import Dispatch, ResolvedRef, Store, UsageTotal
+from ._transcript import content_json, dump_transcript, parse_transcript, transcript_line
 from .errors import (
     AmbiguousRef,
     ConcurrencyError,
@@ -85,8 +86,12 @@ __all__ = [
     "UsageRecord",
     "UsageTotal",
     "Verification",
+    "content_json",
     "database_url",
+    "dump_transcript",
     "finish_uncancelled",
     "format_ref",
     "new_id",
+    "parse_transcript",
+    "transcript_line",
 ]

@@ -755,9 +755,12 @@ class Store:
 
     # ----------------------------------------------------------------- leases
 
-    async def acquire_lease(self, thread_id: str, owner: str, *, ttl_s: float = 60.0) -> None:
+    async def acquire_lease(
+        self, thread_id: str, owner: str, *, ttl_s: float = 60.0, replace: str | None = None
+    ) -> None:
         """Make ``owner`` the one runner of the thread until the lease expires (renew it while
-        running). Raises ``LeaseHeld`` when another owner holds a lease that has not expired."""
+        running). Raises ``LeaseHeld`` when another owner holds a lease that has not expired —
+        unless that owner is ``replace`` (a runner the caller knows is dead)."""
         now = utcnow()
 
         async def fn(conn: AsyncConnection) -> None:
@@ -768,6 +771,7 @@ class Store:
                     sa.or_(
                         threads.c.lease_owner.is_(None),
                         threads.c.lease_owner == owner,
+                        threads.c.lease_owner == (replace or owner),
                         threads.c.lease_expires_at < now,
                     ),
                 )

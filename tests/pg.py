@@ -18,7 +18,7 @@ Typical use from a conftest::
         yield db
         drop_database_sync(db.name)
 
-and ``await truncate_all(db.dsn)`` before each test for a clean state.
+and ``await empty_tables(db.dsn)`` before each test for a clean state.
 """
 
 from __future__ import annotations
@@ -124,9 +124,12 @@ async def drop_database(name: str) -> None:
         await conn.close()
 
 
-async def truncate_all(dsn: str, *, keep: tuple[str, ...] = ("alembic_version",)) -> None:
-    """Empty every table of the public schema but ``keep`` (identities restarted): the fast way
-    to give each test a clean, already-migrated database."""
+async def empty_tables(dsn: str, *, keep: tuple[str, ...] = ("alembic_version",)) -> None:
+    """Delete every row of every table of the public schema but ``keep``: the fast way to give
+    each test a clean, already-migrated database (a few tables of a few rows: ``DELETE`` takes
+    about a millisecond where ``TRUNCATE`` takes tens, as it swaps files and syncs). Foreign keys
+    are not checked while doing it (``session_replication_role``: the test user is a superuser);
+    identity sequences go on counting."""
     conn = await _connect(dsn)
     try:
         names = [
@@ -134,9 +137,10 @@ async def truncate_all(dsn: str, *, keep: tuple[str, ...] = ("alembic_version",)
             for r in await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
             if r["tablename"] not in keep
         ]
-        if names:
-            listed = ", ".join(f'"{n}"' for n in sorted(names))
-            await conn.execute(f"TRUNCATE {listed} RESTART IDENTITY CASCADE")
+        async with conn.transaction():
+            await conn.execute("SET LOCAL session_replication_role = replica")
+            for name in names:
+                await conn.execute(f'DELETE FROM "{name}"')
     finally:
         await conn.close()
 

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from store import (
     Kind,
+    LeaseHeld,
     Message,
     NewMessage,
     Result,
@@ -115,7 +116,37 @@ class RunOutcome:
 
 
 def runner_id() -> str:
+    """``host:pid:nonce`` — enough to tell, on the same host, whether the runner still lives."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def owner_is_dead(owner: str | None) -> bool:
+    """True when ``owner`` is a runner of this host whose process no longer exists (it was
+    killed): its lease need not be waited out. Runners on other hosts are never presumed dead."""
+    if not owner:
+        return False
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] == "Z"
+    except OSError:
+        return False
 
 
 @dataclass
@@ -205,7 +236,13 @@ async def run_thread(
         task_key=(info.task or {}).get("id") if info.task else None,
         message=message,
     )
-    await store.acquire_lease(thread_id, me, ttl_s=cfg.lease_ttl_s)
+    try:
+        await store.acquire_lease(thread_id, me, ttl_s=cfg.lease_ttl_s)
+    except LeaseHeld as held:
+        if not owner_is_dead(held.owner):
+            raise
+        log.warning("lease.taken_over", thread=info.ref, dead_owner=held.owner)
+        await store.acquire_lease(thread_id, me, ttl_s=cfg.lease_ttl_s, replace=held.owner)
     renewer = asyncio.create_task(_renew(store, thread_id, me, cfg.lease_ttl_s))
     bound = structlog.contextvars.bound_contextvars(thread=info.ref, job=format_ref(info.job_id))
     bound.__enter__()

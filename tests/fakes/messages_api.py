@@ -16,7 +16,7 @@ top-level keys only; ``model``/``max_tokens``/``messages`` present; the first me
 roles alternate freely but every assistant ``tool_use`` must be answered by a ``tool_result`` with
 its id in the immediately following user message, tool results first in that message; no
 ``tool_result`` without a matching ``tool_use`` in the previous assistant message; ``tool_use`` ids
-unique; no empty text blocks and no empty messages (but a final assistant prefill); thinking blocks
+unique; no empty or blank text blocks and no empty messages (but a final assistant prefill); thinking blocks
 carry a signature; no unknown keys in blocks; tool names unique and well formed; at most 4
 ``cache_control`` markers across tools, system and messages; the prompt fits the context window.
 Each refusal is kept in ``.rejections``; every request (parsed JSON and lower-cased headers) in
@@ -359,6 +359,8 @@ def _validate_block(block: Any, role: str, where: str) -> int:
             raise InvalidRequest(f"{where}.text.text: Field required")
         if not block["text"]:
             raise InvalidRequest("messages: text content blocks must be non-empty")
+        if not block["text"].strip():
+            raise InvalidRequest("messages: text content blocks must contain non-whitespace text")
     elif kind == "thinking":
         if not isinstance(block.get("thinking"), str):
             raise InvalidRequest(f"{where}.thinking.thinking: Field required")

@@ -1,7 +1,7 @@
 """Store fixtures: every ``store`` test runs on a SQLite file in ``tmp_path`` and on PostgreSQL.
 
 PostgreSQL: one database per test session (``tl_test_…``), migrated once; each test starts from
-it emptied with ``TRUNCATE`` (a few ms). Tests that need an unmigrated database get a fresh one of
+it emptied (``DELETE``, about a millisecond). Tests that need an unmigrated database get a fresh one of
 their own. Everything created is dropped at the end. Without a reachable server the postgres
 cases skip, unless ``CI`` is set: then they fail.
 """
@@ -73,7 +73,7 @@ def db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
 async def store(backend: str, db_url: str, request: pytest.FixtureRequest) -> AsyncIterator[Store]:
     if backend == "postgres":
         db: pg.PgDatabase = request.getfixturevalue("pg_session_db")  # already set up
-        await pg.truncate_all(db.dsn)
+        await pg.empty_tables(db.dsn)
     s = await Store.open(db_url)
     try:
         yield s

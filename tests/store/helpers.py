@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -55,3 +59,55 @@ async def count_rows(store: Store, table: str) -> int:
         return int(await conn.scalar(sa.text(f"SELECT count(*) FROM {table}")))
 
     return await store.db.read(fn)
+
+
+class Procs:
+    """Several ``tests/store/_proc.py`` processes, started once, released together per command.
+
+    ``broadcast(cmd)`` writes the command to every process before reading any answer, so they
+    all act at the same moment; it returns their answers in order."""
+
+    ROOT = Path(__file__).resolve().parents[2]
+
+    def __init__(self, n: int) -> None:
+        self.procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "tests.store._proc"],
+                cwd=self.ROOT,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(n)
+        ]
+        for p in self.procs:
+            assert p.stdout is not None
+            assert p.stdout.readline().strip() == "ready"
+
+    def broadcast(self, cmd: dict[str, Any]) -> list[dict[str, Any]]:
+        line = json.dumps(cmd) + "\n"
+        for p in self.procs:
+            assert p.stdin is not None
+            p.stdin.write(line)
+            p.stdin.flush()
+        answers = []
+        for p in self.procs:
+            assert p.stdout is not None
+            out = p.stdout.readline()
+            assert out, f"process {p.pid} died (exit {p.wait()})"
+            answers.append(json.loads(out))
+        return answers
+
+    def __enter__(self) -> Procs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for p in self.procs:
+            if p.poll() is None and p.stdin is not None:
+                p.stdin.close()
+        for p in self.procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()

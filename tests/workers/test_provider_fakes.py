@@ -3,8 +3,8 @@ end-to-end tests."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from store import NewMessage, TextBlock, ToolUseBlock
+from store import NewMessage, TextBlock, ToolResultBlock, ToolUseBlock
 from tests.fakes.messages_api import FakeMessagesAPI, PromptCache, canonical, tokens_of
 from workers._protocol import ModelRequest, ToolSpec
 from workers.errors import ProviderRejected
@@ -95,15 +95,20 @@ async def test_standalone_server_answers_with_a_script(tmp_path: Path) -> None:
             }
         )
     )
-    server = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes.messages_api", "--port", "0", "--script", str(script)],
+    server = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.fakes.messages_api",
+        "--port",
+        "0",
+        "--script",
+        str(script),
         cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
+        stdout=asyncio.subprocess.PIPE,
     )
     try:
         assert server.stdout is not None
-        line = server.stdout.readline()
+        line = (await asyncio.wait_for(server.stdout.readline(), timeout=30)).decode()
         assert line.startswith("listening on http://127.0.0.1:")
         base_url = line.split()[-1]
         model = AnthropicModel("claude-haiku-4-5", api_key="k", base_url=base_url)
@@ -116,8 +121,7 @@ async def test_standalone_server_answers_with_a_script(tmp_path: Path) -> None:
         history += [
             NewMessage(role="assistant", content=first.content),
             NewMessage(
-                role="user",
-                content=[{"type": "tool_result", "tool_use_id": call.id, "content": "1 passed"}],
+                role="user", content=[ToolResultBlock(tool_use_id=call.id, content="1 passed")]
             ),
         ]
         second = await model.complete(ModelRequest(system="s", tools=tools, messages=history))
@@ -129,7 +133,5 @@ async def test_standalone_server_answers_with_a_script(tmp_path: Path) -> None:
         await model.aclose()
     finally:
         server.terminate()
-        server.wait(timeout=10)
-        if server.stdout is not None:
-            server.stdout.close()
+        await asyncio.wait_for(server.wait(), timeout=10)
     assert server.returncode == 0

@@ -80,8 +80,13 @@ def parse_model_spec(spec: str) -> ModelSpec:
 
 
 def make_model(spec: str, **options: Any) -> Model:
-    """Build the provider for ``spec``. ``options`` go to the provider's constructor
-    (e.g. ``api_key=…``, ``max_retries=…``, ``timeout=…`` for ``anthropic:``)."""
+    """Build the provider for ``spec``.
+
+    ``options`` go to the HTTP provider's constructor; ``AnthropicModel`` and
+    ``OpenAIChatModel`` share ``api_key``, ``max_retries``, ``timeout``, ``max_tokens``,
+    ``backoff_base``, ``backoff_cap`` and ``retry_after_cap``. The offline scripted model has no
+    transport to configure and ignores them, so a caller can pass the same settings whatever the
+    spec names."""
     parsed = parse_model_spec(spec)
     if parsed.provider == "anthropic":
         from .anthropic import AnthropicModel  # lazy: the SDK import costs about a second
@@ -95,4 +100,4 @@ def make_model(spec: str, **options: Any) -> Model:
     from .scripted import ScriptedModel
 
     assert parsed.path is not None
-    return ScriptedModel(parsed.path, **options)
+    return ScriptedModel(parsed.path)

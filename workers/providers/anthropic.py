@@ -4,7 +4,7 @@ This is the only module that imports ``anthropic``, and it translates every SDK 
 (``raise … from exc``); ``workers.providers`` imports it lazily.
 
 Request: ``system`` as one text block, ``tools`` as name/description/input_schema, our stored
-content blocks converted to API params. Empty text blocks are dropped (the API rejects them), as
+content blocks converted to API params. Blank text blocks are dropped (the API rejects them), as
 are thinking blocks without a signature (the API requires one; they come from other providers); a
 message left with nothing is sent as the text ``(empty)``.
 
@@ -213,7 +213,7 @@ class AnthropicModel:
         what = f"anthropic {self._model}: HTTP {status} {_error_type(exc)}: {text}"
         if status == 413 or (status == 400 and _TOO_LONG.search(text)):
             raise ContextTooLong(what, attempts=attempt, status_code=status) from exc
-        if status == 402 or (status in (400, 403, 429) and _SPEND_LIMIT.search(text)):
+        if status == 402 or (status in (400, 403, 429) and _is_spend_limit(text)):
             raise SpendLimitReached(what, attempts=attempt, status_code=status) from exc
         if status in RETRYABLE_STATUS or (status >= 500 and status != 501):
             return
@@ -289,7 +289,7 @@ def _message_param(message: NewMessage) -> dict[str, Any]:
 
 def _block_param(block: ContentBlock) -> dict[str, Any] | None:
     if isinstance(block, TextBlock):
-        return {"type": "text", "text": block.text} if block.text else None
+        return {"type": "text", "text": block.text} if block.text.strip() else None
     if isinstance(block, ThinkingBlock):
         if not block.signature:
             return None
@@ -361,6 +361,12 @@ def _error_message(exc: anthropic.APIStatusError) -> str:
     if message is not None:
         return message
     return exc.body if isinstance(exc.body, str) and exc.body else exc.message
+
+
+def _is_spend_limit(text: str) -> bool:
+    # Rate-limit messages mention "usage" too ("see the response headers for current usage"),
+    # and a rate limit must be retried, not end the job: they always say "rate limit".
+    return bool(_SPEND_LIMIT.search(text)) and "rate limit" not in text.lower()
 
 
 def _error_type(exc: anthropic.APIStatusError) -> str:

@@ -189,5 +189,7 @@ def _clean_node(node: Any) -> Any:
     if isinstance(variants, list) and len(variants) == 2 and {"type": "null"} in variants:
         (kept,) = [v for v in variants if v != {"type": "null"}]
         del out["anyOf"]
+        if out.get("default", 0) is None:
+            del out["default"]
         out = {**kept, **out}
     return out

@@ -76,7 +76,9 @@ async def grep_ripgrep(
             await proc.wait()
         stderr_task.cancel()
     if code == 2 and not finished:
-        message = stderr.decode("utf-8", "replace").strip()
+        message = stderr.decode("utf-8", "replace")
+        # ripgrep's advice to pass --pcre2 or -U is no use to a model that cannot pass flags.
+        message = message.split("\nConsider enabling", 1)[0].strip()
         if "regex" in message:
             raise ToolFailure(f"invalid regex {pattern!r}: {message}")
         raise ToolFailure(f"ripgrep failed: {message}")

@@ -1,0 +1,88 @@
+"""Exit codes, and the one table that maps every error to one.
+
+SPEC §Command line: ``0`` success; ``1`` the job or thread ran but ended failed, interrupted,
+cancelled or over budget (and any error nobody foresaw); ``2`` bad usage or bad input; ``3`` not
+found or ambiguous ref; ``4`` the model provider failed after retries; ``130`` Ctrl-C.
+
+An exception's code is found by walking its class's MRO through ``EXIT_CODES`` (keyed by
+``module.QualName``, so no module is imported just to be compared against: the table names
+``workers.errors.ModelError`` without pulling the worker runtime into ``threadloom ls``). An
+exception class may instead carry an integer ``exit_code`` attribute (as ``CliError`` and click's
+exceptions do); that wins. New error types join by adding a line here or by setting
+``exit_code`` on the class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Final
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_NOT_FOUND: Final = 3
+EXIT_PROVIDER: Final = 4
+EXIT_INTERRUPTED: Final = 130
+
+EXIT_CODES: Final[dict[str, int]] = {
+    # store (SPEC: bad ref syntax, bad input, refused operations → 2; unknown/ambiguous → 3)
+    "store.errors.RefSyntaxError": EXIT_USAGE,
+    "store.errors.ThreadNotFound": EXIT_NOT_FOUND,
+    "store.errors.AmbiguousRef": EXIT_NOT_FOUND,
+    "store.errors.ImportFormatError": EXIT_USAGE,
+    "store.errors.InvariantError": EXIT_USAGE,  # ForkPointError included
+    "store.errors.StatusError": EXIT_USAGE,
+    "store.errors.LeaseHeld": EXIT_USAGE,
+    "store.errors.DatabaseUnavailable": EXIT_USAGE,  # a --db that cannot be opened
+    "store.errors.DatabaseError": EXIT_FAILED,
+    "store.errors.ConcurrencyError": EXIT_FAILED,
+    # the worker runtime
+    "workers.errors.ModelSpecError": EXIT_USAGE,
+    "workers.errors.ScriptError": EXIT_USAGE,
+    "workers.errors.ModelError": EXIT_PROVIDER,
+    # the orchestrator
+    "orchestrator._jobfile.JobFileError": EXIT_USAGE,
+}
+
+
+class CliError(Exception):
+    """A one-line error raised by a command itself: bad flag combinations, unreadable files…"""
+
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The exit code SPEC §Command line gives ``exc``."""
+    if isinstance(exc, KeyboardInterrupt | asyncio.CancelledError):
+        return EXIT_INTERRUPTED
+    code = getattr(exc, "exit_code", None)
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code
+    for cls in type(exc).__mro__:
+        found = EXIT_CODES.get(f"{cls.__module__}.{cls.__qualname__}")
+        if found is not None:
+            return found
+    return EXIT_FAILED
+
+
+def is_expected(exc: BaseException) -> bool:
+    """Whether ``exc`` is an error the user caused or the world did (reported as one line),
+    rather than a bug (reported with a hint to rerun with ``-v`` for the traceback)."""
+    if isinstance(exc, KeyboardInterrupt | asyncio.CancelledError | CliError):
+        return True
+    if isinstance(getattr(exc, "exit_code", None), int):
+        return True
+    return any(f"{c.__module__}.{c.__qualname__}" in EXIT_CODES for c in type(exc).__mro__)
+
+
+def one_line(exc: BaseException) -> str:
+    """The error's message on one line (what is wrong and where)."""
+    if isinstance(exc, KeyboardInterrupt | asyncio.CancelledError):
+        return "interrupted"
+    text = " ".join(str(exc).split())
+    if not is_expected(exc):
+        detail = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        return f"internal error: {detail} (run with -v for the traceback)"
+    return text or type(exc).__name__

@@ -1,0 +1,236 @@
+"""Text output of the command line: a printer that styles on a terminal and writes plain text
+anywhere else, aligned tables, and the small formatters every command shares.
+
+On a terminal, ``rich`` styles lines and tables and fits tables to the window (long cells end in
+``…``). Anywhere else — a pipe, a file, a test — output is plain text: no escape codes, columns
+separated by two spaces, nothing truncated, no trailing spaces. ``rich`` is imported only for a
+terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+Style = str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    header: str
+    align: str = "left"  # "left" | "right"
+    wrap: bool = False  # on a terminal: the one column that shrinks (and is cut with "…")
+
+
+Cell = str | tuple[str, Style]
+
+
+class Printer:
+    """Writes command output to ``stream`` (stdout by default)."""
+
+    def __init__(self, stream: TextIO | None = None, *, color: bool | None = None) -> None:
+        self.stream = sys.stdout if stream is None else stream
+        self.styled = _isatty(self.stream) if color is None else color
+        self._console: Any = None
+
+    @property
+    def console(self) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(
+                file=self.stream,
+                highlight=False,
+                markup=False,
+                emoji=False,
+                soft_wrap=True,
+                force_terminal=self.styled,
+            )
+        return self._console
+
+    def line(self, text: str = "", style: Style = None) -> None:
+        self.parts([(text, style)])
+
+    def parts(self, parts: Sequence[tuple[str, Style]]) -> None:
+        """One line made of differently styled parts."""
+        if not self.styled:
+            self.stream.write("".join(t for t, _ in parts) + "\n")
+            return
+        from rich.text import Text
+
+        text = Text()
+        for t, s in parts:
+            text.append(t, style=s or "")
+        self.console.print(text)
+
+    def write(self, text: str) -> None:
+        """Text written exactly as given (no styling, no newline added)."""
+        if self.styled:
+            self.console.file.write(text)
+        else:
+            self.stream.write(text)
+
+    def table(self, columns: Sequence[Column], rows: Sequence[Sequence[Cell]]) -> None:
+        if self.styled:
+            self._rich_table(columns, rows)
+            return
+        texts = [[_cell_text(c) for c in row] for row in rows]
+        header = [c.header for c in columns]
+        widths = [
+            max([cell_width(header[i])] + [cell_width(r[i]) for r in texts])
+            for i in range(len(columns))
+        ]
+        for row in [header, *texts]:
+            cells = []
+            for i, (col, text) in enumerate(zip(columns, row, strict=True)):
+                pad = " " * (widths[i] - cell_width(text))
+                last = i == len(columns) - 1
+                cells.append(pad + text if col.align == "right" else text + ("" if last else pad))
+            self.stream.write("  ".join(cells).rstrip() + "\n")
+
+    def _rich_table(self, columns: Sequence[Column], rows: Sequence[Sequence[Cell]]) -> None:
+        from rich import box
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+        for col in columns:
+            table.add_column(
+                col.header,
+                justify="right" if col.align == "right" else "left",
+                no_wrap=True,
+                overflow="ellipsis",
+                ratio=1 if col.wrap else None,
+                min_width=10 if col.wrap else None,
+            )
+        for row in rows:
+            table.add_row(
+                *(
+                    Text(c[0], style=c[1] or "") if isinstance(c, tuple) else Text(c)
+                    for c in row
+                )
+            )
+        self.console.print(table)
+
+
+def _cell_text(cell: Cell) -> str:
+    return cell[0] if isinstance(cell, tuple) else cell
+
+
+def cell_width(text: str) -> int:
+    """Terminal columns taken by ``text`` (wide East Asian characters count two)."""
+    if text.isascii():
+        return len(text)
+    return sum(
+        0
+        if unicodedata.combining(ch)
+        else 2
+        if unicodedata.east_asian_width(ch) in ("W", "F")
+        else 1
+        for ch in text
+    )
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+# ----------------------------------------------------------------- formatters
+
+STATUS_STYLES: dict[str, str] = {
+    "done": "green",
+    "failed": "red",
+    "interrupted": "yellow",
+    "cancelled": "yellow",
+    "running": "cyan",
+    "queued": "blue",
+    "idle": "dim",
+}
+
+
+def status_cell(status: str) -> tuple[str, Style]:
+    return (status, STATUS_STYLES.get(status))
+
+
+def one_line(text: str, width: int = 80) -> str:
+    """``text`` on one line (whitespace collapsed), cut to ``width`` characters with "…"."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    return flat[: max(width - 1, 0)] + "…"
+
+
+def first_line(text: str, width: int = 80) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return one_line(line, width)
+    return ""
+
+
+def count(n: int) -> str:
+    return f"{n:,}"
+
+
+def compact(n: int) -> str:
+    """1234 → 1.2k, 3456789 → 3.5M."""
+    if n < 1000:
+        return str(n)
+    if n < 1_000_000:
+        return f"{n / 1000:.1f}k".replace(".0k", "k")
+    return f"{n / 1_000_000:.1f}M".replace(".0M", "M")
+
+
+def usd(value: float) -> str:
+    if value == 0:
+        return "$0"
+    if value < 0.01:
+        return f"${value:.4f}"
+    return f"${value:,.2f}"
+
+
+def percent(share: float | None) -> str:
+    return "—" if share is None else f"{share * 100:.0f}%"
+
+
+def age(when: datetime, now: datetime | None = None) -> str:
+    """How long ago: 42s, 5m, 3h, 2d, 7w."""
+    now = now or datetime.now(UTC)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    seconds = max(int((now - when).total_seconds()), 0)
+    for size, unit in ((7 * 86400, "w"), (86400, "d"), (3600, "h"), (60, "m")):
+        if seconds >= size * (2 if unit == "w" else 1):
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def timestamp(when: datetime) -> str:
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def iso(when: datetime) -> str:
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.isoformat()
+
+
+def json_value(value: Any, width: int) -> str:
+    """A tool input value shortened for a one-line call: ``"src/x.py"``, ``12``, ``{…}``."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = json.dumps(one_line(text, width), ensure_ascii=False) if isinstance(value, str) else text
+    return text if len(text) <= width + 2 else one_line(text, width)
+
+
+def dumps(doc: Any) -> str:
+    """The one JSON document a ``--json`` command prints."""
+    return json.dumps(doc, ensure_ascii=False, indent=2)

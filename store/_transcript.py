@@ -1,0 +1,174 @@
+"""Transcripts as JSON lines: the format of ``threadloom import`` and ``export --format jsonl``.
+
+One message a line: ``{"role": "user" | "assistant", "content": str | [block, …]}``, blocks in
+the Anthropic Messages format (``text``, ``thinking``, ``tool_use``, ``tool_result``). Blank
+lines are ignored; ``cache_control`` keys are dropped from blocks (a request-time marker, never
+stored); any other unknown key, role or block type is refused. The pairing invariant (SPEC
+§Threads) is checked line by line, so the first problem is reported at its line. A trailing
+``tool_use`` with no answer is accepted: resuming the thread answers it.
+
+Every problem is one ``ImportFormatError`` naming the line and what is wrong::
+
+    transcript.jsonl:7: content[1] (tool_use): missing key 'id'
+
+``dump_transcript(parse_transcript(text))`` reproduces each message's content exactly, and
+``parse_transcript(dump_transcript(msgs))`` gives back ``msgs``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import ValidationError
+
+from ._invariants import check_append
+from ._models import CONTENT_ADAPTER, ContentBlock, NewMessage
+from .errors import ImportFormatError, InvariantError
+
+BLOCK_TYPES = ("text", "thinking", "tool_use", "tool_result")
+_MESSAGE_KEYS = frozenset({"role", "content"})
+_STRIPPED_KEYS = frozenset({"cache_control"})
+
+
+def parse_transcript(text: str | Iterable[str], *, source: str = "transcript") -> list[NewMessage]:
+    """Parse JSONL transcript text (or its lines) into messages ready to append to a new thread.
+
+    Raises ``ImportFormatError`` (with ``line`` set) at the first bad line; ``source`` names the
+    file in the message."""
+    lines = text.splitlines() if isinstance(text, str) else text
+    out: list[NewMessage] = []
+    pending: tuple[str, ...] = ()
+    for lineno, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if not line:
+            continue
+
+        def bad(what: str, lineno: int = lineno) -> ImportFormatError:
+            return ImportFormatError(f"{source}:{lineno}: {what}", line=lineno)
+
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise bad(f"bad JSON: {err.msg} (column {err.colno})") from None
+        msg = _message(obj, bad)
+        try:
+            pending = check_append(pending, len(out), [msg])
+        except InvariantError as err:
+            raise bad(str(err)) from None
+        out.append(msg)
+    return out
+
+
+def transcript_line(message: NewMessage) -> str:
+    """One message as one JSONL line (no newline): its content blocks exactly as stored."""
+    return json.dumps(
+        {"role": message.role, "content": content_json(message.content)},
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+
+
+def dump_transcript(messages: Iterable[NewMessage]) -> str:
+    """The JSONL text of ``messages``, one line each, newline-terminated."""
+    return "".join(f"{transcript_line(m)}\n" for m in messages)
+
+
+def content_json(content: Iterable[ContentBlock]) -> list[dict[str, Any]]:
+    """Content blocks as the JSON the store keeps (``None`` fields left out)."""
+    return [b.model_dump(mode="json", exclude_none=True) for b in content]
+
+
+# ----------------------------------------------------------------- validation
+
+
+def _message(obj: Any, bad: Any) -> NewMessage:
+    if not isinstance(obj, dict):
+        raise bad(f'expected an object {{"role": …, "content": …}}, got {_json_type(obj)}')
+    unknown = sorted(set(obj) - _MESSAGE_KEYS)
+    if unknown:
+        raise bad(f"unknown key {unknown[0]!r} (a message has only 'role' and 'content')")
+    for key in ("role", "content"):
+        if key not in obj:
+            raise bad(f"missing key {key!r}")
+    role = obj["role"]
+    if role not in ("user", "assistant"):
+        raise bad(f"role must be 'user' or 'assistant', got {json.dumps(role)}")
+    content = obj["content"]
+    if isinstance(content, str):
+        if not content:
+            raise bad("content is empty")
+        blocks: list[Any] = [{"type": "text", "text": content}]
+    elif isinstance(content, list):
+        if not content:
+            raise bad("content is empty")
+        blocks = [_block(b, i, bad) for i, b in enumerate(content)]
+    else:
+        raise bad(f"content must be a string or a list of blocks, got {_json_type(content)}")
+    try:
+        validated = CONTENT_ADAPTER.validate_python(blocks)
+    except ValidationError as err:
+        raise bad(_describe(err, blocks)) from None
+    return NewMessage(role=role, content=validated)
+
+
+def _block(block: Any, index: int, bad: Any) -> dict[str, Any]:
+    where = f"content[{index}]"
+    if not isinstance(block, dict):
+        raise bad(f"{where} must be a block object, got {_json_type(block)}")
+    kind = block.get("type")
+    if kind is None:
+        raise bad(f"{where} has no 'type'")
+    if kind not in BLOCK_TYPES:
+        raise bad(
+            f"{where}: unknown block type {json.dumps(kind)} (expected {', '.join(BLOCK_TYPES)})"
+        )
+    out = {k: v for k, v in block.items() if k not in _STRIPPED_KEYS}
+    if kind == "tool_result" and isinstance(out.get("content"), list):
+        inner: list[Any] = []
+        for j, sub in enumerate(out["content"]):
+            if not isinstance(sub, dict) or sub.get("type") != "text":
+                got = sub.get("type") if isinstance(sub, dict) else _json_type(sub)
+                raise bad(
+                    f"{where}.content[{j}]: a tool_result holds text blocks only, got"
+                    f" {json.dumps(got)}"
+                )
+            inner.append({k: v for k, v in sub.items() if k not in _STRIPPED_KEYS})
+        out["content"] = inner
+    return out
+
+
+def _describe(err: ValidationError, blocks: list[Any]) -> str:
+    """The first validation error as ``content[i] (type): field: what``."""
+    first = err.errors()[0]
+    loc = list(first["loc"])
+    parts: list[str] = []
+    if loc and isinstance(loc[0], int):
+        index = loc.pop(0)
+        kind = blocks[index].get("type") if index < len(blocks) else None
+        parts.append(f"content[{index}] ({kind})")
+        if loc and loc[0] == kind:  # the discriminator's tag, not a field
+            loc.pop(0)
+    field = ".".join(str(x) for x in loc)
+    if first["type"] == "missing":
+        what = f"missing key {field!r}"
+    elif first["type"] == "extra_forbidden":
+        what = f"unknown key {field!r}"
+    else:
+        what = f"{field}: {first['msg']}" if field else first["msg"]
+    return ": ".join([*parts, what])
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"

@@ -1,0 +1,186 @@
+"""SQLite specifics (SPEC §Storage, DESIGN "SQLite, correctly")."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import event
+
+from store import DatabaseError, DatabaseUnavailable, Store
+
+from .helpers import assistant, user
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture
+def permissive_umask() -> Iterator[None]:
+    """Files would be world-readable by default: the store must not rely on the umask."""
+    old = os.umask(0o000)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.usefixtures("permissive_umask")
+async def test_a_new_database_file_and_its_wal_files_have_mode_0600(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    store = await Store.open(str(path))
+    try:
+        await store.create_thread(kind="lead", messages=[user("x")])
+        assert _mode(path) == 0o600
+        for suffix in ("-wal", "-shm"):
+            side = path.with_name(path.name + suffix)
+            assert side.exists() and _mode(side) == 0o600, suffix
+    finally:
+        await store.close()
+    store = await Store.open(str(path))  # reopening keeps it private
+    await store.close()
+    assert _mode(path) == 0o600
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_the_copied_test_database_is_also_0600(store: Store) -> None:
+    assert store.db.path is not None and _mode(store.db.path) == 0o600
+
+
+async def _pragma(store: Store, name: str, *, write: bool) -> Any:
+    async def fn(conn: Any) -> Any:
+        return await conn.scalar(sa.text(f"PRAGMA {name}"))
+
+    return await (store.db.write(fn) if write else store.db.read(fn))
+
+
+@pytest.mark.parametrize("write", [False, True], ids=["reader", "writer"])
+async def test_connections_use_wal_foreign_keys_full_sync_and_a_busy_timeout(
+    tmp_path: Path, write: bool
+) -> None:
+    store = await Store.open(str(tmp_path / "t.db"))
+    try:
+        assert await _pragma(store, "journal_mode", write=write) == "wal"
+        assert await _pragma(store, "foreign_keys", write=write) == 1
+        assert await _pragma(store, "synchronous", write=write) == 2  # FULL
+        assert await _pragma(store, "busy_timeout", write=write) >= 5000
+    finally:
+        await store.close()
+
+
+async def test_foreign_keys_are_enforced_and_driver_errors_are_translated(
+    tmp_path: Path,
+) -> None:
+    store = await Store.open(str(tmp_path / "t.db"))
+
+    async def orphan(conn: Any) -> None:
+        await conn.execute(
+            sa.text(
+                "INSERT INTO messages (thread_id, seq, role, content, format, created_at)"
+                " VALUES ('nope', 1, 'user', '[]', 1, '2026-01-01')"
+            )
+        )
+
+    try:
+        with pytest.raises(DatabaseError, match="FOREIGN KEY") as err:
+            await store.db.write(orphan)
+        assert not isinstance(err.value, sa.exc.SQLAlchemyError)
+        assert isinstance(err.value.__cause__, sa.exc.SQLAlchemyError)
+    finally:
+        await store.close()
+
+
+async def test_a_missing_database_directory_is_unavailable_in_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "such" / "dir"
+    with pytest.raises(DatabaseUnavailable) as err:
+        await Store.open(str(missing / "threads.db"))
+    text = str(err.value)
+    assert "\n" not in text and str(missing) in text and "does not exist" in text
+    assert not missing.exists()
+
+
+async def test_create_dirs_makes_the_missing_directories(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "threads.db"
+    store = await Store.open(str(path), create_dirs=True)
+    try:
+        t = await store.create_thread(kind="lead", messages=[user("x")])
+        assert (await store.get_thread(t.id)).head_seq == 1
+    finally:
+        await store.close()
+    assert _mode(path) == 0o600
+
+
+async def test_a_file_that_is_not_a_database_is_unavailable(tmp_path: Path) -> None:
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not a sqlite database, just some text padding it out" * 100)
+    with pytest.raises(DatabaseUnavailable, match="not a threadloom database"):
+        await Store.open(str(path))
+
+
+# ----------------------------------------------------------------- BEGIN IMMEDIATE
+
+
+def _raw(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA busy_timeout = 5000")
+    return conn
+
+
+def _insert_thread_sql(tid: str) -> str:
+    return (
+        "INSERT INTO threads (id, kind, title, status, job_id, tools, version, head_seq,"
+        f" pending_tool_ids, created_at, updated_at) VALUES ('{tid}', 'lead', '', 'idle', '{tid}',"
+        " '[]', 1, 0, '[]', '2026-01-01 00:00:00', '2026-01-01 00:00:00')"
+    )
+
+
+async def test_a_deferred_read_then_write_fails_at_once_but_the_store_waits_for_the_lock(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.db"
+    store = await Store.open(str(path))
+    t = await store.create_thread(kind="lead", messages=[user("x")])
+
+    # 1. the failure mode: a deferred transaction reads, then another connection takes the write
+    #    lock; the deferred one's write fails immediately, busy timeout notwithstanding
+    a, b = _raw(path), _raw(path)
+    a.execute("BEGIN")
+    a.execute("SELECT head_seq FROM threads").fetchall()
+    b.execute("BEGIN IMMEDIATE")
+    b.execute(_insert_thread_sql("b" * 26))
+    started = time.monotonic()
+    with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+        a.execute(_insert_thread_sql("a" * 26))
+    assert time.monotonic() - started < 1.0  # far less than the 5 s busy timeout
+    a.execute("ROLLBACK")
+    a.close()
+
+    # 2. the same scenario through the store: its write transaction starts with BEGIN IMMEDIATE,
+    #    so it waits for B's lock (busy timeout) and then succeeds
+    loop = asyncio.get_running_loop()
+    begun = asyncio.Event()
+
+    @event.listens_for(store.db.writer.sync_engine, "before_cursor_execute")
+    def _seen(_c: Any, _cur: Any, statement: str, *_args: Any) -> None:
+        if statement == "BEGIN IMMEDIATE":
+            loop.call_soon_threadsafe(begun.set)
+
+    append = asyncio.create_task(store.append(t.id, assistant("after B")))
+    await begun.wait()
+    done, _ = await asyncio.wait({append}, timeout=0.3)  # B still holds the lock: it waits
+    assert not done
+    b.execute("COMMIT")
+    b.close()
+    stored = await append
+    assert stored[0].seq == 2
+    assert (await store.resolve("T-" + "b" * 26)).thread.id == "b" * 26
+    await store.close()

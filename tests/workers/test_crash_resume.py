@@ -1,0 +1,105 @@
+"""SIGKILL of a process running a thread mid-tool, then resume in another process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from store import Kind, NewMessage, Status, Store, ToolResultBlock
+from workers import INTERRUPTED_RESULT, SUBMIT_RESULT, build_tools, run_thread
+from workers.providers import ScriptedModel
+
+CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    from pathlib import Path
+    from store import Store
+    from workers import build_tools, run_thread
+    from workers.providers import ScriptedModel
+
+    async def main(db, tid, script, ws):
+        store = await Store.open(db)
+        await run_thread(store, tid, model=ScriptedModel(script), tools=build_tools(["bash"]),
+                         workspace=Path(ws))
+
+    asyncio.run(main(*sys.argv[1:]))
+    """
+)
+
+
+async def test_sigkill_mid_tool_then_resume_answers_the_orphan_once_and_never_reruns_it(
+    tmp_path: Path,
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    db = str(tmp_path / "threads.db")
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            {
+                "rules": [
+                    {
+                        "match": "count the runs",
+                        "turns": [
+                            {
+                                "tool_calls": [
+                                    {
+                                        "name": "bash",
+                                        "input": {"command": "echo ran >> runs.log; sleep 20"},
+                                    }
+                                ]
+                            },
+                            {
+                                "tool_calls": [
+                                    {
+                                        "name": SUBMIT_RESULT,
+                                        "input": {
+                                            "status": "partial",
+                                            "summary": "the tool was interrupted",
+                                        },
+                                    }
+                                ]
+                            },
+                        ],
+                    }
+                ]
+            }
+        )
+    )
+    store = await Store.open(db)
+    info = await store.create_thread(
+        kind=Kind.WORKER,
+        tools=["bash", SUBMIT_RESULT],
+        system_prompt="s",
+        status=Status.QUEUED,
+        messages=[NewMessage.user("count the runs")],
+    )
+    child = subprocess.Popen([sys.executable, "-c", CHILD, db, info.id, str(script), str(ws)])
+    log = ws / "runs.log"
+    deadline = time.monotonic() + 60
+    while not (log.exists() and log.read_text()):
+        assert child.poll() is None, "the child ended before running the tool"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+
+    crashed = await store.get_thread(info.id)
+    assert crashed.status == Status.RUNNING  # the dead runner could not say otherwise
+    outcome = await run_thread(
+        store, info.id, model=ScriptedModel(script), tools=build_tools(["bash"]), workspace=ws
+    )
+    assert outcome.status == Status.DONE
+    assert outcome.result is not None and outcome.result.status == "partial"
+    assert log.read_text() == "ran\n"  # never re-run
+    msgs = await store.messages(info.id)
+    answers = [b for m in msgs for b in m.content if isinstance(b, ToolResultBlock)]
+    assert answers[0].text == INTERRUPTED_RESULT
+    assert len([a for a in answers if a.text == INTERRUPTED_RESULT]) == 1
+    await store.close()

@@ -1,0 +1,371 @@
+"""The agent loop over a real SQLite store, real tools and a function-backed model double."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from store import (
+    Kind,
+    LeaseHeld,
+    NewMessage,
+    Status,
+    Store,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+)
+from workers import (
+    INTERRUPTED_RESULT,
+    SUBMIT_RESULT,
+    LoopConfig,
+    ModelRequest,
+    ModelResponse,
+    ProviderUnavailable,
+    build_tools,
+    run_thread,
+)
+from workers.providers import FunctionModel, text_response, tool_response
+
+TOOLS = ["read_file", "write_file", "edit_file", "list_files", "grep", "bash"]
+
+
+async def new_worker(store: Store, prompt: str = "do the task") -> str:
+    info = await store.create_thread(
+        kind=Kind.WORKER,
+        title="t",
+        system_prompt="you are a worker",
+        tools=[*TOOLS, SUBMIT_RESULT],
+        model="function:test",
+        status=Status.QUEUED,
+        messages=[NewMessage.user(prompt)],
+    )
+    return info.id
+
+
+def scripted(*turns: ModelResponse) -> FunctionModel:
+    """Answers turn k with turns[k] where k counts the assistant messages so far."""
+
+    def reply(request: ModelRequest) -> ModelResponse:
+        k = sum(1 for m in request.messages if m.role == "assistant")
+        return turns[min(k, len(turns) - 1)]
+
+    return FunctionModel(reply)
+
+
+def submit(**extra: object) -> ModelResponse:
+    payload = {"status": "done", "summary": "fixed it"} | extra
+    return tool_response((SUBMIT_RESULT, payload))
+
+
+async def run(store: Store, tid: str, model: FunctionModel, ws: Path, **kw: object):  # type: ignore[no-untyped-def]
+    return await run_thread(
+        store,
+        tid,
+        model=model,
+        tools=build_tools(TOOLS),
+        workspace=ws,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+async def test_worker_runs_tools_then_submits_and_every_step_is_stored(
+    store: Store, workspace: Path
+) -> None:
+    tid = await new_worker(store)
+    model = scripted(
+        tool_response(
+            ("bash", {"command": "echo hello"}), usage=Usage(input_tokens=10, output_tokens=3)
+        ),
+        submit(findings=[{"claim": "echo works", "evidence": [f"T-{tid}#3"]}]),
+    )
+    outcome = await run(store, tid, model, workspace)
+    assert outcome.status == Status.DONE
+    assert outcome.turns == 2
+    info = await store.get_thread(tid)
+    assert info.status == Status.DONE and info.lease_owner is None
+    assert info.result is not None
+    assert info.result.summary == "fixed it"
+    assert info.result.findings[0].evidence == [f"T-{tid}#3"]
+    assert info.result.turns == 2 and info.result.duration_s is not None
+    msgs = await store.messages(tid)
+    assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant", "user"]
+    result_block = msgs[2].content[0]
+    assert isinstance(result_block, ToolResultBlock) and "hello" in result_block.text
+    assert (await store.thread_usage(tid)).input_tokens == 10
+
+
+async def test_plain_text_ending_becomes_a_partial_result(store: Store, workspace: Path) -> None:
+    tid = await new_worker(store)
+    outcome = await run(
+        store, tid, scripted(text_response("I looked; the bug is in x.py")), workspace
+    )
+    assert outcome.status == Status.DONE
+    assert outcome.result is not None
+    assert outcome.result.status == "partial"
+    assert outcome.result.summary == "I looked; the bug is in x.py"
+
+
+async def test_invalid_submission_goes_back_to_the_model_to_correct(
+    store: Store, workspace: Path
+) -> None:
+    tid = await new_worker(store)
+    model = scripted(
+        tool_response((SUBMIT_RESULT, {"status": "great", "summary": "x"})),
+        submit(),
+    )
+    outcome = await run(store, tid, model, workspace)
+    assert outcome.status == Status.DONE and outcome.result is not None
+    msgs = await store.messages(tid)
+    first_answer = msgs[2].content[0]
+    assert isinstance(first_answer, ToolResultBlock) and first_answer.is_error
+    assert "status" in first_answer.text
+
+
+async def test_submissions_that_keep_failing_validation_fail_the_thread(
+    store: Store, workspace: Path
+) -> None:
+    tid = await new_worker(store)
+    model = scripted(tool_response((SUBMIT_RESULT, {"summary": "no status"})))
+    outcome = await run(store, tid, model, workspace, config=LoopConfig(max_invalid_submissions=2))
+    assert outcome.status == Status.FAILED
+    assert "validation" in (outcome.error or "")
+
+
+async def test_evidence_that_does_not_resolve_is_dropped_and_counted(
+    store: Store, workspace: Path
+) -> None:
+    tid = await new_worker(store)
+    other = await new_worker(store)
+    model = scripted(
+        submit(
+            findings=[
+                {
+                    "claim": "c",
+                    "evidence": [f"T-{tid}#1", f"T-{tid}#99", f"T-{other}#1", "nonsense"],
+                }
+            ]
+        )
+    )
+    outcome = await run(store, tid, model, workspace)
+    assert outcome.result is not None
+    assert outcome.result.findings[0].evidence == [f"T-{tid}#1"]
+    assert outcome.result.dropped_evidence == 3
+
+
+async def test_a_tool_call_cut_off_by_max_tokens_is_never_run(
+    store: Store, workspace: Path
+) -> None:
+    tid = await new_worker(store)
+    cut = ModelResponse(
+        content=[
+            ToolUseBlock(
+                id="toolu_cut", name="write_file", input={"path": "x.txt", "content": "par"}
+            )
+        ],
+        stop_reason="max_tokens",
+        usage=Usage(),
+        model="m",
+    )
+    outcome = await run(store, tid, scripted(cut, submit()), workspace)
+    assert outcome.status == Status.DONE
+    assert not (workspace / "x.txt").exists()
+    answer = (await store.messages(tid))[2].content[0]
+    assert isinstance(answer, ToolResultBlock) and answer.is_error and "NOT run" in answer.text
+
+
+async def test_a_text_reply_cut_off_is_continued_not_accepted(
+    store: Store, workspace: Path
+) -> None:
+    tid = await new_worker(store)
+    cut = text_response("The root cause is", stop_reason="max_tokens")
+    outcome = await run(store, tid, scripted(cut, text_response("the tokenizer.")), workspace)
+    assert outcome.result is not None and outcome.result.summary == "the tokenizer."
+    msgs = await store.messages(tid)
+    assert msgs[2].role == "user" and "cut off" in msgs[2].text
+
+
+async def test_a_refusal_fails_the_thread_saying_so(store: Store, workspace: Path) -> None:
+    tid = await new_worker(store)
+    outcome = await run(store, tid, scripted(text_response("no", stop_reason="refusal")), workspace)
+    assert outcome.status == Status.FAILED and "refused" in (outcome.error or "")
+
+
+async def test_provider_failure_fails_the_thread_with_the_error(
+    store: Store, workspace: Path
+) -> None:
+    tid = await new_worker(store)
+
+    def broken(request: ModelRequest) -> ModelResponse:
+        raise ProviderUnavailable("overloaded after 5 attempts", attempts=5)
+
+    outcome = await run(store, tid, FunctionModel(broken), workspace)
+    assert outcome.status == Status.FAILED
+    assert isinstance(outcome.exception, ProviderUnavailable)
+    assert (
+        await store.get_thread(tid)
+    ).error == "model provider failed: overloaded after 5 attempts"
+
+
+async def test_max_turns_stops_the_thread(store: Store, workspace: Path) -> None:
+    tid = await new_worker(store)
+    model = scripted(tool_response(("list_files", {})))
+    outcome = await run(store, tid, model, workspace, config=LoopConfig(max_turns=3))
+    assert outcome.status == Status.FAILED and outcome.turns == 3
+    msgs = await store.messages(tid)
+    assert msgs[-1].role == "user"  # the last tool call was answered
+
+
+async def test_parallel_tool_calls_of_one_turn_run_concurrently(
+    store: Store, workspace: Path
+) -> None:
+    # each command waits for the other's file: they only finish if they run at the same time
+    a = "touch a.flag; for i in $(seq 100); do [ -f b.flag ] && exit 0; sleep 0.05; done; exit 7"
+    b = "touch b.flag; for i in $(seq 100); do [ -f a.flag ] && exit 0; sleep 0.05; done; exit 7"
+    tid = await new_worker(store)
+    model = scripted(tool_response(("bash", {"command": a}), ("bash", {"command": b})), submit())
+    await run(store, tid, model, workspace)
+    results = (await store.messages(tid))[2].content
+    assert all(isinstance(r, ToolResultBlock) and "exit code: 0" in r.text for r in results)
+
+
+async def test_tool_outputs_are_stored_whole_and_capped_for_the_model(
+    store: Store, workspace: Path
+) -> None:
+    tid = await new_worker(store)
+    model = scripted(
+        tool_response(("bash", {"command": "head -c 100000 /dev/zero | tr '\\0' a"})), submit()
+    )
+    await run(store, tid, model, workspace, config=LoopConfig(output_cap=5000))
+    stored = (await store.messages(tid))[2].content[0]
+    assert isinstance(stored, ToolResultBlock) and stored.text.count("a") >= 100000
+    seen = model.requests[1].messages[2].content[0]
+    assert isinstance(seen, ToolResultBlock)
+    assert len(seen.text) < 6000
+    assert f"T-{tid}#3" in seen.text and "characters omitted" in seen.text
+
+
+async def test_cancellation_leaves_the_thread_interrupted_with_in_flight_calls_answered(
+    store: Store, workspace: Path
+) -> None:
+    tid = await new_worker(store)
+    started = workspace / "started"
+    model = scripted(tool_response(("bash", {"command": f"echo $$ > {started}; sleep 60"})))
+    task = asyncio.create_task(run(store, tid, model, workspace))
+    while not started.exists() or not started.read_text().strip():
+        await asyncio.sleep(0.02)
+    pid = int(started.read_text())
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    info = await store.get_thread(tid)
+    assert info.status == Status.INTERRUPTED and info.lease_owner is None
+    last = (await store.messages(tid))[-1].content[0]
+    assert isinstance(last, ToolResultBlock) and last.text == INTERRUPTED_RESULT
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+async def test_resume_answers_an_orphaned_tool_call_and_never_reruns_it(
+    store: Store, workspace: Path
+) -> None:
+    tid = await new_worker(store)
+    # a crashed run: the assistant turn was stored, its tool never answered
+    await store.append(
+        tid,
+        NewMessage(
+            role="assistant",
+            content=[
+                ToolUseBlock(id="toolu_1", name="write_file", input={"path": "x", "content": "1"})
+            ],
+        ),
+    )
+    outcome = await run(store, tid, scripted(submit(), submit()), workspace)
+    assert outcome.status == Status.DONE
+    assert not (workspace / "x").exists()
+    msgs = await store.messages(tid)
+    answers = [
+        b
+        for m in msgs
+        for b in m.content
+        if isinstance(b, ToolResultBlock) and b.tool_use_id == "toolu_1"
+    ]
+    assert len(answers) == 1 and answers[0].text == INTERRUPTED_RESULT
+
+
+async def test_a_thread_run_by_another_live_runner_is_refused(
+    store: Store, workspace: Path
+) -> None:
+    tid = await new_worker(store)
+    await store.acquire_lease(tid, f"otherhost:{os.getpid()}:x", ttl_s=60)
+    with pytest.raises(LeaseHeld):
+        await run(store, tid, scripted(submit()), workspace)
+
+
+async def test_a_lease_left_by_a_dead_runner_of_this_host_is_taken_over(
+    store: Store, workspace: Path
+) -> None:
+    import socket
+    import subprocess
+
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    tid = await new_worker(store)
+    await store.acquire_lease(tid, f"{socket.gethostname()}:{proc.pid}:dead", ttl_s=600)
+    outcome = await run(store, tid, scripted(submit()), workspace)
+    assert outcome.status == Status.DONE
+
+
+def _request_json(req: ModelRequest) -> list[str]:
+    return [
+        json.dumps([b.model_dump(mode="json") for b in m.content], sort_keys=True)
+        for m in req.messages
+    ]
+
+
+async def test_resume_and_fork_rebuild_a_byte_identical_request_prefix(
+    store: Store, workspace: Path
+) -> None:
+    tid = await new_worker(store)
+    model = scripted(
+        tool_response(("list_files", {})), text_response("done"), text_response("again")
+    )
+    await run(store, tid, model, workspace)
+    first = model.requests[-1]
+    await run(store, tid, model, workspace, message="one more thing")
+    resumed = model.requests[-1]
+    assert resumed.system == first.system and resumed.tools == first.tools
+    assert _request_json(resumed)[: len(first.messages)] == _request_json(first)
+    fork = await store.fork(tid, at=3, messages=[NewMessage.user("try another way")])
+    await run(store, fork.id, model, workspace)
+    forked = model.requests[-1]
+    assert _request_json(forked)[:3] == _request_json(first)[:3]
+
+
+async def test_thread_timeout_fails_it_and_answers_the_running_call(
+    store: Store, workspace: Path
+) -> None:
+    tid = await new_worker(store)
+    model = scripted(tool_response(("bash", {"command": "sleep 30"})))
+    outcome = await run(store, tid, model, workspace, config=LoopConfig(timeout_s=1.0))
+    assert outcome.status == Status.FAILED and "timed out" in (outcome.error or "")
+    last = (await store.messages(tid))[-1]
+    assert last.role == "user" and isinstance(last.content[0], ToolResultBlock)
+
+
+async def test_empty_text_blocks_are_never_stored(store: Store, workspace: Path) -> None:
+    tid = await new_worker(store)
+    reply = ModelResponse(
+        content=[TextBlock(text="  "), ToolUseBlock(id="t1", name="list_files", input={})],
+        stop_reason="tool_use",
+        usage=Usage(),
+        model="m",
+    )
+    await run(store, tid, scripted(reply, submit()), workspace)
+    assistant = (await store.messages(tid))[1]
+    assert [b.type for b in assistant.content] == ["tool_use"]
