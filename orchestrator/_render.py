@@ -226,9 +226,9 @@ def iso(when: datetime) -> str:
 
 def json_value(value: Any, width: int) -> str:
     """A tool input value shortened for a one-line call: ``"src/x.py"``, ``12``, ``{…}``."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    text = json.dumps(one_line(text, width), ensure_ascii=False) if isinstance(value, str) else text
-    return text if len(text) <= width + 2 else one_line(text, width)
+    if isinstance(value, str):
+        return json.dumps(one_line(value, width), ensure_ascii=False)
+    return one_line(json.dumps(value, ensure_ascii=False), width)
 
 
 def dumps(doc: Any) -> str:

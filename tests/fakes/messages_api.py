@@ -16,9 +16,10 @@ top-level keys only; ``model``/``max_tokens``/``messages`` present; the first me
 roles alternate freely but every assistant ``tool_use`` must be answered by a ``tool_result`` with
 its id in the immediately following user message, tool results first in that message; no
 ``tool_result`` without a matching ``tool_use`` in the previous assistant message; ``tool_use`` ids
-unique; no empty or blank text blocks and no empty messages (but a final assistant prefill); thinking blocks
-carry a signature; no unknown keys in blocks; tool names unique and well formed; at most 4
-``cache_control`` markers across tools, system and messages; the prompt fits the context window.
+unique; no empty or blank text blocks and no empty messages (but a final assistant prefill);
+thinking blocks carry a signature; no unknown keys in blocks; tool names unique and well formed;
+at most 4 ``cache_control`` markers across tools, system and messages; the prompt fits the
+context window.
 Each refusal is kept in ``.rejections``; every request (parsed JSON and lower-cased headers) in
 ``.requests``, faults included — ``len(api.requests)`` is the number of attempts the client made.
 

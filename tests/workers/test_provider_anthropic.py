@@ -251,7 +251,11 @@ async def test_empty_text_and_unsigned_thinking_are_not_sent(
         NewMessage.user("hi"),
         NewMessage(
             role="assistant",
-            content=[ThinkingBlock(thinking="local model thought"), TextBlock(text="")],
+            content=[
+                ThinkingBlock(thinking="local model thought"),
+                TextBlock(text=""),
+                TextBlock(text=" \n"),
+            ],
         ),
         NewMessage.user("again"),
     ]
@@ -326,6 +330,36 @@ async def test_spend_limit_stops_at_once(api: FakeMessagesAPI, model: AnthropicM
     assert info.value.status_code == 429
     assert "spend limit" in str(info.value)
     assert isinstance(info.value.__cause__, anthropic.RateLimitError)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "You have reached your specified API usage limits. You will regain access on "
+        "2030-01-01 at 00:00 UTC.",
+        "Your credit limit has been reached.",
+    ],
+)
+async def test_spend_limit_is_recognised_by_its_wording(
+    api: FakeMessagesAPI, model: AnthropicModel, message: str
+) -> None:
+    api.inject("spend_limit", message=message)
+    with pytest.raises(SpendLimitReached):
+        await model.complete(req([NewMessage.user("hi")]))
+    assert len(api.requests) == 1
+
+
+async def test_rate_limit_that_mentions_usage_is_still_retried(
+    api: FakeMessagesAPI, model: AnthropicModel
+) -> None:
+    api.inject(
+        "spend_limit",
+        message="This request would exceed the rate limit for your organization; see the "
+        "response headers for current usage limits and retry later.",
+    )
+    reply = await model.complete(req([NewMessage.user("hi")]))
+    assert reply.content == [TextBlock(text="ok")]
+    assert len(api.requests) == 2
 
 
 async def test_prompt_too_long_is_context_too_long_and_not_retried(

@@ -82,7 +82,7 @@ def test_bad_specs_are_one_line_errors_naming_spec_and_forms(spec: str) -> None:
 def test_make_model_builds_each_provider(tmp_path: Path) -> None:
     script = tmp_path / "s.json"
     script.write_text('{"rules": []}')
-    scripted = make_model(f"scripted:{script}")
+    scripted = make_model(f"scripted:{script}", timeout=5, max_retries=1)  # ignored
     assert isinstance(scripted, ScriptedModel)
     openai = make_model("openai:m@http://127.0.0.1:1/v1", max_retries=0)
     assert isinstance(openai, OpenAIChatModel)

@@ -25,8 +25,13 @@ CANARY_TOKEN = "CANARY-7f3e-never-leak"
 SIBLING_TOKEN = "SIBLING-ws2-never-leak"
 CANARY_NAME = "canary_secret_file.txt"
 
-ENGINES = ["python", pytest.param("ripgrep", marks=pytest.mark.skipif(
-    shutil.which("rg") is None, reason="ripgrep is not installed"))]
+ENGINES = [
+    "python",
+    pytest.param(
+        "ripgrep",
+        marks=pytest.mark.skipif(shutil.which("rg") is None, reason="ripgrep is not installed"),
+    ),
+]
 
 
 @dataclass
@@ -122,7 +127,9 @@ CORPUS: dict[str, Case] = {
     "read dotdot": Case("read_file", {"path": f"../canary/{CANARY_NAME}"}, ESCAPES),
     "read dotdot twice": Case("read_file", {"path": "../../etc/passwd"}, ESCAPES),
     "read dotdot deep": Case("read_file", {"path": f"src/../../canary/{CANARY_NAME}"}, ESCAPES),
-    "read dot segments": Case("read_file", {"path": f"./src/./../../canary/{CANARY_NAME}"}, ESCAPES),
+    "read dot segments": Case(
+        "read_file", {"path": f"./src/./../../canary/{CANARY_NAME}"}, ESCAPES
+    ),
     "read etc passwd": Case("read_file", {"path": "/etc/passwd"}, ABSOLUTE),
     "read absolute canary": Case("read_file", {"path": CANARY_NAME}, ABSOLUTE, "canary"),
     "read absolute sibling": Case("read_file", {"path": "secret.txt"}, ABSOLUTE, "sibling"),
@@ -132,7 +139,9 @@ CORPUS: dict[str, Case] = {
     ),
     "read symlinked file": Case("read_file", {"path": "link_file_out"}, SYMLINK_OUT),
     "read symlinked file abs": Case("read_file", {"path": "link_file_out_abs"}, SYMLINK_OUT),
-    "read via symlinked dir": Case("read_file", {"path": f"link_dir_out/{CANARY_NAME}"}, SYMLINK_OUT),
+    "read via symlinked dir": Case(
+        "read_file", {"path": f"link_dir_out/{CANARY_NAME}"}, SYMLINK_OUT
+    ),
     "read via abs symlinked dir": Case(
         "read_file", {"path": f"link_dir_out_abs/{CANARY_NAME}"}, SYMLINK_OUT
     ),
@@ -162,9 +171,7 @@ CORPUS: dict[str, Case] = {
     # write_file
     "write dotdot": Case("write_file", {"path": "../canary/new.txt", "content": "x"}, ESCAPES),
     "write absolute": Case("write_file", {"path": "new.txt", "content": "x"}, ABSOLUTE, "canary"),
-    "write sibling prefix": Case(
-        "write_file", {"path": "../ws2/new.txt", "content": "x"}, ESCAPES
-    ),
+    "write sibling prefix": Case("write_file", {"path": "../ws2/new.txt", "content": "x"}, ESCAPES),
     "write through file link": Case(
         "write_file", {"path": "link_file_out", "content": "pwned"}, SYMLINK_OUT
     ),
@@ -178,9 +185,7 @@ CORPUS: dict[str, Case] = {
     "write nested dir link": Case(
         "write_file", {"path": "sub/deep_link_out/new.txt", "content": "x"}, SYMLINK_OUT
     ),
-    "write dangling out": Case(
-        "write_file", {"path": "dangling_out", "content": "x"}, SYMLINK_OUT
-    ),
+    "write dangling out": Case("write_file", {"path": "dangling_out", "content": "x"}, SYMLINK_OUT),
     "write dangling in": Case("write_file", {"path": "dangling", "content": "x"}, DANGLING),
     "write missing dir then dotdot": Case(
         "write_file", {"path": "newdir/../../canary/x.txt", "content": "x"}, ESCAPES
@@ -312,7 +317,10 @@ def test_refusal_names_where_the_path_resolves(tree: Tree) -> None:
 def test_symlink_refusal_names_the_link_and_its_target(tree: Tree) -> None:
     with pytest.raises(PathRefused) as info:
         resolve_in_workspace(tree.ws, "sub/deep_link_out/x", must_exist=False)
-    assert info.value.reason == "symlink points outside the workspace: sub/deep_link_out -> ../../canary"
+    assert (
+        info.value.reason
+        == "symlink points outside the workspace: sub/deep_link_out -> ../../canary"
+    )
 
 
 def test_sibling_with_a_common_prefix_is_outside(tree: Tree) -> None:

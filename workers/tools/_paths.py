@@ -93,7 +93,10 @@ def resolve_in_workspace(
 
 def _follow_link(root: Path, link: Path) -> Path:
     target = Path(os.path.realpath(link))
-    shown = f"{display_path(root, link)} -> {os.readlink(link)}"
+    points_to = os.readlink(link)
+    shown = f"{display_path(root, link)} -> {points_to}"
+    if Path(os.path.normpath(link.parent / points_to)) != target:
+        shown += f" (resolves to {target})"
     if not target.is_relative_to(root):
         raise PathRefused(f"symlink points outside the workspace: {shown}")
     if not os.path.exists(target):

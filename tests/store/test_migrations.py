@@ -1,0 +1,150 @@
+"""The Alembic migrations are the schema authority: they agree with the models, go down and up
+cleanly, and can be raced by several processes opening a fresh database."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from store import Database, Store, database_url
+from store._db import SCHEMA_HEAD, alembic_config
+from store._tables import FTS_TABLE, metadata
+from tests import pg
+
+from .helpers import Procs, assistant, user
+
+TABLES = {"threads", "messages", "usage", "dispatches"}
+
+
+def _skip_fts(obj: object, name: str | None, type_: str, reflected: bool, other: object) -> bool:
+    # as migrations/env.py: the full-text index is hand-made and dialect-specific
+    return not (type_ == "table" and name is not None and name.startswith(FTS_TABLE))
+
+
+def _diffs(sync_conn: sa.Connection) -> list[Any]:
+    mc = MigrationContext.configure(sync_conn, opts={"include_object": _skip_fts})
+    return list(compare_metadata(mc, metadata))
+
+
+def _alembic(sync_conn: sa.Connection, action: str, revision: str) -> None:
+    cfg = alembic_config()
+    cfg.attributes["connection"] = sync_conn
+    getattr(command, action)(cfg, revision)
+
+
+def _tables(sync_conn: sa.Connection) -> set[str]:
+    return set(sa.inspect(sync_conn).get_table_names())
+
+
+def _revision(sync_conn: sa.Connection) -> str | None:
+    return MigrationContext.configure(sync_conn).get_current_revision()
+
+
+def test_schema_head_is_the_newest_revision_in_migrations() -> None:
+    script = ScriptDirectory.from_config(alembic_config())
+    assert script.get_heads() == [SCHEMA_HEAD]
+
+
+async def test_the_migrated_schema_matches_the_table_definitions(store: Store) -> None:
+    diffs = await store.db.read(lambda c: c.run_sync(_diffs))
+    assert diffs == []
+    tables = await store.db.read(lambda c: c.run_sync(_tables))
+    assert tables >= {*TABLES, FTS_TABLE, "alembic_version"}
+
+
+async def test_upgrade_then_downgrade_to_base_then_upgrade_again_is_clean(
+    empty_db_url: str,
+) -> None:
+    engine = create_async_engine(database_url(empty_db_url))
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(_alembic, "upgrade", "head")
+        async with engine.connect() as conn:
+            assert await conn.run_sync(_revision) == SCHEMA_HEAD
+            assert await conn.run_sync(_diffs) == []
+        async with engine.begin() as conn:
+            await conn.run_sync(_alembic, "downgrade", "base")
+        async with engine.connect() as conn:
+            assert await conn.run_sync(_revision) is None
+            left = await conn.run_sync(_tables)
+            assert left - {"alembic_version", "sqlite_sequence"} == set()
+        async with engine.begin() as conn:
+            await conn.run_sync(_alembic, "upgrade", "head")
+        async with engine.connect() as conn:
+            assert await conn.run_sync(_revision) == SCHEMA_HEAD
+            assert await conn.run_sync(_diffs) == []
+    finally:
+        await engine.dispose()
+    # and the re-created schema works, full-text index included
+    store = await Store.open(empty_db_url)
+    try:
+        t = await store.create_thread(kind="lead", messages=[user("remigrated fine")])
+        await store.append(t.id, assistant("ok"))
+        assert [h.ref for h in await store.search("remigrated")] == [f"T-{t.id}#1"]
+    finally:
+        await store.close()
+
+
+async def test_opening_a_fresh_database_migrates_it_once(empty_db_url: str) -> None:
+    db = Database(empty_db_url)
+    try:
+        assert await db.migrate() == "base"
+        assert await db.migrate() is None
+        async with db.reader.connect() as conn:
+            assert await conn.run_sync(_revision) == SCHEMA_HEAD
+    finally:
+        await db.dispose()
+
+
+async def test_opening_without_migrate_leaves_the_database_alone(empty_db_url: str) -> None:
+    store = await Store.open(empty_db_url, migrate=False)
+    try:
+        tables = await store.db.read(lambda c: c.run_sync(_tables))
+        assert not tables & TABLES
+    finally:
+        await store.close()
+
+
+# ----------------------------------------------------------------- racing processes
+
+
+def _assert_all_at_head(answers: list[dict[str, Any]]) -> None:
+    for a in answers:
+        assert a == {"ok": True, "revision": SCHEMA_HEAD}
+
+
+def test_two_processes_opening_a_fresh_sqlite_database_at_once_both_reach_head(
+    tmp_path: Path,
+) -> None:
+    with Procs(2) as procs:
+        for trial in range(8):
+            path = tmp_path / f"race{trial}.db"
+            _assert_all_at_head(procs.broadcast({"op": "open", "url": str(path)}))
+            with sqlite3.connect(path) as conn:
+                assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
+                    (SCHEMA_HEAD,)
+                ]
+                assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+@pytest.mark.postgres
+def test_two_processes_opening_a_fresh_postgres_database_at_once_both_reach_head() -> None:
+    pg.require()
+    with Procs(2) as procs:
+        for _ in range(4):
+            db = pg.create_database_sync(pg.new_name("race"))
+            try:
+                _assert_all_at_head(procs.broadcast({"op": "open", "url": db.url}))
+                assert asyncio.run(pg.table_names(db.dsn)) >= TABLES
+            finally:
+                pg.drop_database_sync(db.name)
