@@ -165,6 +165,7 @@ class _Run:
     resolve_task_ref: Callable[[str], Awaitable[str | None]] | None
     task_key: str | None
     message: str | None = None
+    history: list[Message] = field(default_factory=list)
     turns: int = 0
     usage: Usage = field(default_factory=Usage)
     started: float = field(default_factory=time.monotonic)
@@ -274,7 +275,7 @@ async def _drive(run: _Run) -> RunOutcome:
         async with asyncio.timeout(cfg.timeout_s):
             await _answer_orphans(run)
             if run.message is not None:
-                await run.store.append(run.thread_id, NewMessage.user(run.message))
+                await _store(run, NewMessage.user(run.message))
             return await _turns(run)
     except TimeoutError:
         await finish_uncancelled(_answer_orphans(run, replay=False))
@@ -301,7 +302,8 @@ async def _answer_orphans(run: _Run, *, replay: bool = True) -> None:
     result — the tool is never re-run automatically — except tools that declare themselves
     ``replay_safe`` (reads, and ``dispatch``, whose dispatch rows make a replay reuse the workers
     it already started), which are run again when ``replay`` is on."""
-    history = await run.store.messages(run.thread_id, start=max(1, await _head(run)))
+    history = await run.store.messages(run.thread_id)
+    run.history = history
     if not history or history[-1].role != "assistant":
         return
     uses = [b for b in history[-1].content if isinstance(b, ToolUseBlock)]
@@ -314,14 +316,18 @@ async def _answer_orphans(run: _Run, *, replay: bool = True) -> None:
         log.warning("thread.orphans_answered", count=len(uses) - len(safe))
 
 
-async def _head(run: _Run) -> int:
-    return (await run.store.get_thread(run.thread_id)).head_seq
+async def _store(run: _Run, msg: NewMessage, *, usage: UsageRecord | None = None) -> list[Message]:
+    """Append to the thread and to the run's copy of its history (read once, at the start: the
+    run owns the thread through its lease, so nobody else appends meanwhile)."""
+    stored = await run.store.append(run.thread_id, msg, usage=usage)
+    run.history.extend(stored)
+    return stored
 
 
 async def _turns(run: _Run) -> RunOutcome:
     cfg = run.config
     while True:
-        history = await run.store.messages(run.thread_id)
+        history = run.history
         if not history:
             return await _finish(run, Status.FAILED, error="the thread has no messages to answer")
         if history[-1].role == "assistant":
@@ -359,9 +365,7 @@ async def _turns(run: _Run) -> RunOutcome:
         content = [
             b for b in response.content if not (isinstance(b, TextBlock) and not b.text.strip())
         ] or [TextBlock(text="(empty reply)")]
-        stored = await run.store.append(
-            run.thread_id, NewMessage(role="assistant", content=content), usage=record
-        )
+        stored = await _store(run, NewMessage(role="assistant", content=content), usage=record)
         turn_msg = stored[-1]
         uses = [b for b in content if isinstance(b, ToolUseBlock)]
         run.emit("turn")
@@ -397,11 +401,11 @@ async def _after_turn(
         if uses:
             await _answer(run, uses, {u.id: ToolOutput(CUT_OFF_TOOL, is_error=True) for u in uses})
         else:
-            await run.store.append(run.thread_id, NewMessage.user(CUT_OFF_TEXT))
+            await _store(run, NewMessage.user(CUT_OFF_TEXT))
         return None
     if stop == "pause_turn" and not uses:
         # the provider paused a long turn: the next call continues it from the stored turn
-        await run.store.append(run.thread_id, NewMessage.user("Continue."))
+        await _store(run, NewMessage.user("Continue."))
         return None
     if not uses:
         run.final_text = _text_of(turn)
@@ -428,7 +432,7 @@ async def _answer(run: _Run, uses: list[ToolUseBlock], outputs: dict[str, ToolOu
         )
         for u in uses
     ]
-    await run.store.append(run.thread_id, NewMessage(role="user", content=blocks))
+    await _store(run, NewMessage(role="user", content=blocks))
 
 
 async def _run_tools(run: _Run, uses: list[ToolUseBlock]) -> dict[str, ToolOutput]:
