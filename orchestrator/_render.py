@@ -110,10 +110,7 @@ class Printer:
             )
         for row in rows:
             table.add_row(
-                *(
-                    Text(c[0], style=c[1] or "") if isinstance(c, tuple) else Text(c)
-                    for c in row
-                )
+                *(Text(c[0], style=c[1] or "") if isinstance(c, tuple) else Text(c) for c in row)
             )
         self.console.print(table)
 

@@ -28,6 +28,9 @@ blocks or a string), optionally ``stop_reason`` (default: ``tool_use`` if there 
 else ``end_turn``), ``usage`` (overrides of the simulated counts) and ``model``; a tool_use block
 without an ``id`` gets one. ``.respond_with([d1, d2, …])`` or ``.enqueue(d1, …)`` answers from a
 queue. With neither, or once the queue is empty, the answer is the text ``ok``, ``end_turn``.
+A responder may raise ``InvalidRequest(message)`` to refuse the request with a 400 (recorded as a
+rejection); any other exception it raises is answered with a 500 ``api_error`` (which clients
+retry), so a bug in a test's responder shows up as retries and then ``ProviderUnavailable``.
 
 Faults — ``.inject(kind, times=n, **params)`` applies to the next n requests, before validation:
 ``"429"`` rate_limit_error with ``retry-after-ms`` (param ``retry_after_ms``, default 10) and

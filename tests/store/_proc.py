@@ -20,6 +20,7 @@ import json
 import sys
 from typing import Any
 
+import alembic.command  # noqa: F401  (imported up front, so that racing opens start together)
 import sqlalchemy as sa
 
 from store import NewMessage, Store

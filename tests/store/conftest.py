@@ -18,6 +18,8 @@ import pytest
 from store import Store
 from tests import pg
 
+from .helpers import Procs
+
 BACKENDS = [pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
@@ -45,6 +47,14 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("template") / "threads.db"
     asyncio.run(_migrate(str(path)))
     return path
+
+
+@pytest.fixture(scope="session")
+def procs() -> Iterator[Procs]:
+    """Four helper processes (``_proc.py``) shared by the multi-process tests: starting an
+    interpreter that imports the store costs about a second, so it is paid once."""
+    with Procs(4) as p:
+        yield p
 
 
 @pytest.fixture(params=BACKENDS)

@@ -64,8 +64,8 @@ async def count_rows(store: Store, table: str) -> int:
 class Procs:
     """Several ``tests/store/_proc.py`` processes, started once, released together per command.
 
-    ``broadcast(cmd)`` writes the command to every process before reading any answer, so they
-    all act at the same moment; it returns their answers in order."""
+    ``broadcast(cmd, n=…)`` writes the command to every process (or the first ``n``) before
+    reading any answer, so they all act at the same moment; it returns their answers in order."""
 
     ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,14 +84,15 @@ class Procs:
             assert p.stdout is not None
             assert p.stdout.readline().strip() == "ready"
 
-    def broadcast(self, cmd: dict[str, Any]) -> list[dict[str, Any]]:
+    def broadcast(self, cmd: dict[str, Any], *, n: int | None = None) -> list[dict[str, Any]]:
         line = json.dumps(cmd) + "\n"
-        for p in self.procs:
+        procs = self.procs[:n]
+        for p in procs:
             assert p.stdin is not None
             p.stdin.write(line)
             p.stdin.flush()
         answers = []
-        for p in self.procs:
+        for p in procs:
             assert p.stdout is not None
             out = p.stdout.readline()
             assert out, f"process {p.pid} died (exit {p.wait()})"
@@ -102,6 +103,9 @@ class Procs:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
         for p in self.procs:
             if p.poll() is None and p.stdin is not None:
                 p.stdin.close()

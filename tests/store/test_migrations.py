@@ -123,28 +123,31 @@ def _assert_all_at_head(answers: list[dict[str, Any]]) -> None:
         assert a == {"ok": True, "revision": SCHEMA_HEAD}
 
 
-def test_two_processes_opening_a_fresh_sqlite_database_at_once_both_reach_head(
-    tmp_path: Path,
+@pytest.mark.parametrize("n", [2, 4])
+def test_processes_opening_a_fresh_sqlite_database_at_once_all_reach_head(
+    tmp_path: Path, procs: Procs, n: int
 ) -> None:
-    with Procs(2) as procs:
-        for trial in range(8):
-            path = tmp_path / f"race{trial}.db"
-            _assert_all_at_head(procs.broadcast({"op": "open", "url": str(path)}))
-            with sqlite3.connect(path) as conn:
-                assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
-                    (SCHEMA_HEAD,)
-                ]
-                assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    for trial in range(10):
+        path = tmp_path / f"race{trial}.db"
+        _assert_all_at_head(procs.broadcast({"op": "open", "url": str(path)}, n=n))
+        conn = sqlite3.connect(path)
+        try:
+            versions = conn.execute("SELECT version_num FROM alembic_version").fetchall()
+            assert versions == [(SCHEMA_HEAD,)]
+            assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        finally:
+            conn.close()
 
 
 @pytest.mark.postgres
-def test_two_processes_opening_a_fresh_postgres_database_at_once_both_reach_head() -> None:
+def test_processes_opening_a_fresh_postgres_database_at_once_all_reach_head(
+    procs: Procs,
+) -> None:
     pg.require()
-    with Procs(2) as procs:
-        for _ in range(4):
-            db = pg.create_database_sync(pg.new_name("race"))
-            try:
-                _assert_all_at_head(procs.broadcast({"op": "open", "url": db.url}))
-                assert asyncio.run(pg.table_names(db.dsn)) >= TABLES
-            finally:
-                pg.drop_database_sync(db.name)
+    for n in (2, 2, 2, 4, 4):
+        db = pg.create_database_sync(pg.new_name("race"))
+        try:
+            _assert_all_at_head(procs.broadcast({"op": "open", "url": db.url}, n=n))
+            assert asyncio.run(pg.table_names(db.dsn)) >= TABLES
+        finally:
+            pg.drop_database_sync(db.name)

@@ -109,7 +109,8 @@ def _missing_tail(
 ) -> Path:
     missing = existing / tail[0]
     if must_exist:
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(missing))
+        wanted = existing.joinpath(*tail)
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(wanted))
     if ".." in tail:
         raise PathRefused(f"{user_path}: '..' after a directory that does not exist ({missing})")
     return existing.joinpath(*tail)

@@ -1,0 +1,178 @@
+"""Transcripts in and out, and forks: ``export``, ``import``, ``fork``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from ._errors import CliError
+from .cli import Output, command, run_command
+
+if TYPE_CHECKING:
+    from store import Store
+
+RUN_NOT_BUILT = "running a fork needs the worker runtime (not built yet); use --no-run"
+
+
+# ----------------------------------------------------------------- export
+
+
+@command("export")
+@click.argument("ref")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", "md"]),
+    default="jsonl",
+    show_default=True,
+    help="jsonl: one message a line; md: a readable Markdown document.",
+)
+@click.pass_context
+def export(ctx: click.Context, ref: str, fmt: str) -> None:
+    """Write a thread's whole transcript (a fork's inherited history included) to stdout.
+
+    \b
+    jsonl  one {"role", "content": [blocks]} a line, blocks exactly as stored:
+           `threadloom import` reads it back into an identical transcript.
+    md     title, metadata, result, then every message; tool calls and
+           outputs whole in fenced blocks.
+
+    A ref with a range (T-…#3-9) exports only those messages. --json wraps the export:
+    {ref, format, messages: N, text}.
+    """
+    from store import dump_transcript
+
+    from ._thread_view import markdown
+
+    async def go(store: Store) -> Output:
+        resolved = await store.resolve(ref)
+        info = resolved.thread
+        msgs = await store.messages(info.id, start=resolved.start or 1, end=resolved.end)
+        if fmt == "md":
+            totals = await store.usage_totals(thread_id=info.id)
+            from store import Usage
+
+            usage = totals[0].usage if totals else Usage()
+            text = markdown(info, msgs, usage=usage, cost=totals[0].cost_usd if totals else 0.0)
+        else:
+            text = dump_transcript(msgs)
+        data = {"ref": info.ref, "format": fmt, "messages": len(msgs), "text": text}
+        return Output(data, text)
+
+    run_command(ctx, go)
+
+
+# ----------------------------------------------------------------- import
+
+
+@command("import")
+@click.argument("file", metavar="FILE.jsonl", type=click.Path(dir_okay=True, allow_dash=True))
+@click.option("--title", "title", metavar="T", help='Thread title (default: "imported from FILE").')
+@click.pass_context
+def import_(ctx: click.Context, file: str, title: str | None) -> None:
+    """Create a thread from a JSONL transcript (FILE.jsonl, or - for stdin).
+
+    One message a line: {"role": "user" | "assistant", "content": str | [block, …]} with text,
+    thinking, tool_use and tool_result blocks. Blank lines are ignored and cache_control keys
+    dropped; anything else unknown is refused. The first message is the user's, and every
+    tool_use is answered by a tool_result in the next message (a tool_use on the last line may
+    stay open: resuming the thread answers it). The first bad line is an error naming it
+    (exit 2), and nothing is stored.
+
+    The new thread is a worker thread with status idle. --json: {ref, messages}.
+    """
+    from store import parse_transcript
+
+    from .logging import get_logger
+
+    name = "<stdin>" if file == "-" else file
+    text = _read_text(file, name)
+    msgs = parse_transcript(text, source=name)
+    if not msgs:
+        raise CliError(f"{name}: no messages to import")
+    thread_title = title if title is not None else f"imported from {Path(name).name}"
+
+    async def go(store: Store) -> Output:
+        from store import Status
+
+        info = await store.create_thread(
+            kind="worker", status=Status.IDLE, title=thread_title, messages=msgs
+        )
+        get_logger(__name__).info("thread.imported", thread=info.ref, messages=len(msgs))
+        return Output(
+            {"ref": info.ref, "messages": info.head_seq, "title": info.title},
+            f"{info.ref}  imported {len(msgs)} messages from {name}\n",
+        )
+
+    run_command(ctx, go)
+
+
+def _read_text(file: str, name: str) -> str:
+    try:
+        if file == "-":
+            return sys.stdin.read()
+        return Path(file).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise CliError(f"{name}: not UTF-8 text (byte {err.start})") from None
+    except OSError as err:
+        raise CliError(f"cannot read {name}: {err.strerror or err}") from None
+
+
+# ----------------------------------------------------------------- fork
+
+
+@command("fork")
+@click.argument("ref", metavar="REF[#N]")
+@click.argument("message", required=False)
+@click.option("--model", "model", metavar="SPEC", help="Model of the fork (default: REF's).")
+@click.option("--no-run", is_flag=True, help="Only create the fork (and append MESSAGE).")
+@click.pass_context
+def fork(
+    ctx: click.Context, ref: str, message: str | None, model: str | None, no_run: bool
+) -> None:
+    """Fork a thread: a new thread sharing REF's history up to message N (default: its end),
+    then MESSAGE. REF itself is never changed.
+
+    The fork references the history, it does not copy it. A fork point cannot fall between a
+    tool call and its result. With --no-run the fork is only created (status idle), with
+    MESSAGE appended if given. --json: {ref, forked_from: {ref, at}, status}.
+    """
+    from store import NewMessage, ThreadRef
+
+    parsed = ThreadRef.parse(ref)
+    if parsed.has_anchor and (parsed.open_end or parsed.end != parsed.start):
+        raise CliError(f"fork point must be one message, T-…#N, not a range: {ref!r}")
+    spec = None
+    if model is not None:
+        from workers.providers._spec import parse_model_spec
+
+        spec = str(parse_model_spec(model))
+    if not no_run:
+        raise CliError(RUN_NOT_BUILT)
+    extra = [NewMessage.user(message)] if message else []
+
+    async def go(store: Store) -> Output:
+        from .logging import get_logger
+
+        src = (await store.resolve(parsed.thread)).thread
+        info = await store.fork(src.id, at=parsed.start, messages=extra)
+        if spec is not None:
+            info = await store.update_thread(info.id, model=spec)
+        assert info.forked_from is not None
+        at = info.forked_from.at
+        get_logger(__name__).info("thread.forked", thread=info.ref, source=src.ref, at=at)
+        data = {
+            "ref": info.ref,
+            "forked_from": {"ref": src.ref, "at": at},
+            "status": str(info.status),
+            "messages": info.head_seq,
+            "title": info.title,
+            "model": info.model,
+        }
+        added = f"; message #{info.head_seq} appended" if extra else ""
+        return Output(data, f"{info.ref}  fork of {src.ref}#{at} ({info.status}{added})\n")
+
+    run_command(ctx, go)

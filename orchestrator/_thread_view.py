@@ -1,0 +1,414 @@
+"""One thread seen from the command line: its JSON shapes (SPEC §Command line), its text view
+(``threadloom show``) and its Markdown document (``threadloom export --format md``).
+
+Text view of the messages, by mode:
+
+- ``brief`` (default): text whole; thinking as ``[thinking · N chars]``; a tool call as one line
+  ``→ name(key=value, …)`` with values shortened; a tool result as one line
+  ``← name · ok|error · N lines · M chars — first line``.
+- ``tools``: as brief, plus the full value of every shortened tool input and each tool output,
+  indented, capped at ``CAP_LINES`` lines / ``CAP_CHARS`` characters (head and tail kept) with a
+  marker naming the omitted size and the ref ``T-…#n`` to read it whole.
+- ``raw``: as tools, but nothing capped or indented: tool inputs and outputs verbatim, thinking
+  whole.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from ._render import (
+    STATUS_STYLES,
+    Printer,
+    age,
+    count,
+    first_line,
+    iso,
+    json_value,
+    one_line,
+    percent,
+    timestamp,
+    usd,
+)
+
+if TYPE_CHECKING:
+    from store import Message, Result, ThreadInfo, Usage
+
+Mode = Literal["brief", "tools", "raw"]
+
+CAP_LINES = 40
+CAP_CHARS = 6000
+ARG_WIDTH = 48
+CALL_WIDTH = 160
+
+
+# ----------------------------------------------------------------- JSON shapes
+
+
+def usage_json(usage: Usage) -> dict[str, int]:
+    return usage.model_dump(mode="json")
+
+
+def cache_share(usage: Usage) -> float | None:
+    """cache_read / (input + cache_read + cache_creation): how much input came from the cache."""
+    total = usage.total_input
+    return None if total == 0 else usage.cache_read_input_tokens / total
+
+
+def fork_json(info: ThreadInfo) -> dict[str, Any] | None:
+    f = info.forked_from
+    return None if f is None else {"ref": f.ref, "at": f.at}
+
+
+def thread_json(info: ThreadInfo) -> dict[str, Any]:
+    """A thread's metadata as ``ls`` lists it (and ``show`` starts it)."""
+    return {
+        "ref": info.ref,
+        "kind": str(info.kind),
+        "status": str(info.status),
+        "title": info.title,
+        "parent": _ref(info.parent_id),
+        "forked_from": fork_json(info),
+        "created_at": iso(info.created_at),
+        "messages": info.head_seq,
+        "job": _ref(info.job_id),
+        "model": info.model,
+        "updated_at": iso(info.updated_at),
+    }
+
+
+def message_json(msg: Message, thread_id: str) -> dict[str, Any]:
+    from store import content_json
+
+    out: dict[str, Any] = {"seq": msg.seq, "role": msg.role, "content": content_json(msg.content)}
+    if msg.thread_id != thread_id:
+        out["from"] = _ref(msg.thread_id)
+    out["created_at"] = iso(msg.created_at)
+    return out
+
+
+def result_json(result: Result | None) -> dict[str, Any] | None:
+    return None if result is None else result.model_dump(mode="json", exclude_none=True)
+
+
+def _ref(thread_id: str | None) -> str | None:
+    return None if thread_id is None else f"T-{thread_id}"
+
+
+# ----------------------------------------------------------------- text: header, result, usage
+
+
+def render_header(
+    p: Printer,
+    info: ThreadInfo,
+    *,
+    shown: tuple[int, int] | None,
+    usage: Usage,
+    cost: float,
+) -> None:
+    p.parts(
+        [
+            (info.ref, "bold"),
+            ("  ", None),
+            (str(info.kind), None),
+            ("  ", None),
+            (str(info.status), STATUS_STYLES.get(str(info.status))),
+        ]
+    )
+    rows: list[tuple[str, str]] = [("title", info.title or "—")]
+    if info.job_id != info.id:
+        rows.append(("job", f"T-{info.job_id}"))
+    if info.parent_id:
+        rows.append(("parent", f"T-{info.parent_id}"))
+    if info.forked_from:
+        rows.append(("fork of", f"{info.forked_from.ref}#{info.forked_from.at}"))
+    if info.model:
+        rows.append(("model", info.model))
+    rows.append(("created", f"{timestamp(info.created_at)} ({age(info.created_at)} ago)"))
+    inherited = info.forked_from.at if info.forked_from else 0
+    msgs = count(info.head_seq)
+    if inherited:
+        msgs += f" ({inherited} inherited)"
+    if shown is not None:
+        msgs += f", showing #{shown[0]}-{shown[1]}"
+    rows.append(("messages", msgs))
+    rows.append(("usage", usage_line(usage, cost)))
+    if info.error:
+        rows.append(("error", one_line(info.error, 300)))
+    for key, value in rows:
+        p.parts([(f"  {key:<9}", "dim"), (value, "red" if key == "error" else None)])
+
+
+def usage_line(usage: Usage, cost: float) -> str:
+    if usage.total_tokens == 0:
+        return "none recorded"
+    return (
+        f"in {count(usage.input_tokens)} · out {count(usage.output_tokens)}"
+        f" · cache read {count(usage.cache_read_input_tokens)}"
+        f" · cache write {count(usage.cache_creation_input_tokens)}"
+        f" · {percent(cache_share(usage))} of input cached · ~{usd(cost)}"
+    )
+
+
+def render_result(p: Printer, result: Result) -> None:
+    style = {"done": "green", "partial": "yellow"}.get(result.status, "red")
+    facts = [f"{result.turns} turns" if result.turns is not None else ""]
+    if result.duration_s is not None:
+        facts.append(f"{result.duration_s:.1f}s")
+    p.line()
+    p.parts(
+        [
+            ("result  ", "bold"),
+            (result.status, style),
+            ("  " + " · ".join(f for f in facts if f), "dim"),
+        ]
+    )
+    for line in result.summary.splitlines() or [""]:
+        p.line(f"  {line}")
+    if result.findings:
+        p.line("  findings", "bold")
+        for f in result.findings:
+            p.line(f"    • {f.claim}")
+            if f.evidence:
+                p.line(f"      evidence: {', '.join(f.evidence)}", "dim")
+    if result.dropped_evidence:
+        p.line(
+            f"    ({result.dropped_evidence} evidence refs did not resolve and were dropped)", "dim"
+        )
+    if result.changes:
+        p.line("  changes", "bold")
+        for c in result.changes:
+            p.line(f"    {c.action:<9} {c.path}")
+    if result.verification:
+        p.line("  verification", "bold")
+        for v in result.verification:
+            p.line(f"    $ {v.command}  →  {one_line(v.outcome, 200)}")
+    for title, items in (
+        ("negative results", result.negative_results),
+        ("open questions", result.open_questions),
+    ):
+        if items:
+            p.line(f"  {title}", "bold")
+            for item in items:
+                p.line(f"    • {item}")
+    if result.branch:
+        p.line(f"  branch  {result.branch}")
+    if result.diff_stat:
+        p.line("  diff stat", "bold")
+        for line in result.diff_stat.splitlines():
+            p.line(f"    {line}")
+
+
+# ----------------------------------------------------------------- text: messages
+
+
+def render_messages(p: Printer, info: ThreadInfo, msgs: Sequence[Message], mode: Mode) -> None:
+    from store import TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+
+    names: dict[str, str] = {}
+    for m in msgs:
+        ref = f"{info.ref}#{m.seq}"
+        p.line()
+        header: list[tuple[str, str | None]] = [
+            (f"#{m.seq} {m.role}", "bold cyan" if m.role == "assistant" else "bold")
+        ]
+        if m.thread_id != info.id:
+            header.append((f"  (from T-{m.thread_id})", "dim"))
+        p.parts(header)
+        for b in m.content:
+            if isinstance(b, TextBlock):
+                p.line(b.text)
+            elif isinstance(b, ThinkingBlock):
+                if mode == "raw":
+                    p.line("[thinking]", "dim")
+                    p.line(b.thinking, "dim")
+                else:
+                    p.line(f"[thinking · {count(len(b.thinking))} chars]", "dim")
+            elif isinstance(b, ToolUseBlock):
+                names[b.id] = b.name
+                _render_call(p, b.name, b.input, mode, ref)
+            elif isinstance(b, ToolResultBlock):
+                _render_output(p, names.get(b.tool_use_id, b.tool_use_id), b, mode, ref)
+
+
+def call_line(name: str, args: dict[str, Any]) -> tuple[str, list[str]]:
+    """``name(key=value, …)`` with values shortened, and the keys whose value was shortened."""
+    parts, cut = [], []
+    for key, value in args.items():
+        full = json.dumps(value, ensure_ascii=False)
+        short = json_value(value, ARG_WIDTH)
+        if short != full:
+            cut.append(key)
+        parts.append(f"{key}={short}")
+    line = f"{name}({', '.join(parts)})"
+    if len(line) > CALL_WIDTH:
+        line = line[: CALL_WIDTH - 2] + "…)"
+        cut = list(args)
+    return line, cut
+
+
+def _render_call(p: Printer, name: str, args: dict[str, Any], mode: Mode, ref: str) -> None:
+    line, cut = call_line(name, args)
+    p.parts([("→ ", "magenta"), (line, None)])
+    if mode == "brief":
+        return
+    for key in cut:
+        value = args[key]
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=2)
+        p.line(f"  {key} =", "dim")
+        _body(p, text, mode, ref, "input")
+
+
+def _render_output(p: Printer, name: str, b: Any, mode: Mode, ref: str) -> None:
+    text: str = b.text
+    state = ("error", "red") if b.is_error else ("ok", "green")
+    size = f" · {count(len(text.splitlines()))} lines · {count(len(text))} chars"
+    parts: list[tuple[str, str | None]] = [
+        ("← ", "magenta"),
+        (f"{name} · ", None),
+        state,
+        (size, "dim"),
+    ]
+    if mode == "brief":
+        head = first_line(text, 100)
+        if head:
+            parts.append((f" — {head}", None))
+        p.parts(parts)
+        return
+    p.parts(parts)
+    if text:
+        _body(p, text, mode, ref, "output")
+
+
+def _body(p: Printer, text: str, mode: Mode, ref: str, what: str) -> None:
+    if mode == "raw":
+        p.line(text.rstrip("\n"))
+        return
+    shown, marker = cap_text(text, ref=ref, what=what)
+    for line in shown.splitlines():
+        p.line(f"    {line}")
+    if marker:
+        p.line(f"    {marker}", "yellow")
+
+
+def cap_text(
+    text: str,
+    *,
+    ref: str,
+    what: str = "output",
+    max_lines: int = CAP_LINES,
+    max_chars: int = CAP_CHARS,
+) -> tuple[str, str | None]:
+    """Head and tail of ``text`` within ``max_lines`` lines and ``max_chars`` characters, and
+    the marker that replaces the middle (None when ``text`` fits whole)."""
+    lines = text.splitlines()
+    if len(lines) <= max_lines and len(text) <= max_chars:
+        return text, None
+    half_chars = max_chars // 2
+    if len(lines) > max_lines:
+        half = max_lines // 2
+        head = "\n".join(lines[:half])[:half_chars]
+        tail = "\n".join(lines[-half:])[-half_chars:]
+    else:
+        head, tail = text[:half_chars], text[-half_chars:]
+    omitted_chars = max(len(text) - len(head) - len(tail), 0)
+    omitted_lines = max(len(lines) - len(head.splitlines()) - len(tail.splitlines()), 0)
+    marker = (
+        f"[… {count(omitted_lines)} lines, {count(omitted_chars)} chars omitted;"
+        f" the whole {what}: threadloom show {ref} --raw]"
+    )
+    return f"{head}\n…\n{tail}", marker
+
+
+# ----------------------------------------------------------------- Markdown
+
+
+def markdown(info: ThreadInfo, msgs: Sequence[Message], *, usage: Usage, cost: float) -> str:
+    """A readable Markdown document of the thread: title, metadata, result, every message with
+    tool calls and outputs in fenced blocks (whole: nothing is capped)."""
+    from store import TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+
+    out: list[str] = [f"# {info.title or info.ref}", ""]
+    meta = [
+        ("ref", f"`{info.ref}`"),
+        ("kind", str(info.kind)),
+        ("status", str(info.status)),
+    ]
+    if info.job_id != info.id:
+        meta.append(("job", f"`T-{info.job_id}`"))
+    if info.parent_id:
+        meta.append(("parent", f"`T-{info.parent_id}`"))
+    if info.forked_from:
+        meta.append(("fork of", f"`{info.forked_from.ref}#{info.forked_from.at}`"))
+    if info.model:
+        meta.append(("model", f"`{info.model}`"))
+    meta.append(("created", timestamp(info.created_at)))
+    meta.append(("messages", str(info.head_seq)))
+    meta.append(("usage", usage_line(usage, cost)))
+    if info.error:
+        meta.append(("error", one_line(info.error, 500)))
+    out += [f"- **{k}**: {v}" for k, v in meta]
+    if info.result is not None:
+        out += ["", "## Result", "", *_markdown_result(info.result)]
+    out += ["", "## Messages"]
+    names: dict[str, str] = {}
+    for m in msgs:
+        origin = f" · from `T-{m.thread_id}`" if m.thread_id != info.id else ""
+        out += ["", f"### #{m.seq} · {m.role}{origin}", ""]
+        for b in m.content:
+            if isinstance(b, TextBlock):
+                out += [b.text, ""]
+            elif isinstance(b, ThinkingBlock):
+                out += [
+                    "<details><summary>thinking</summary>",
+                    "",
+                    b.thinking,
+                    "",
+                    "</details>",
+                    "",
+                ]
+            elif isinstance(b, ToolUseBlock):
+                names[b.id] = b.name
+                body = json.dumps(b.input, ensure_ascii=False, indent=2)
+                out += [f"**→ `{b.name}`** (`{b.id}`)", "", *_fenced(body, "json"), ""]
+            elif isinstance(b, ToolResultBlock):
+                state = "error" if b.is_error else "ok"
+                name = names.get(b.tool_use_id, b.tool_use_id)
+                out += [f"**← `{name}`** {state}", "", *_fenced(b.text, "text"), ""]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _markdown_result(r: Result) -> list[str]:
+    out = [f"**{r.status}**", "", r.summary, ""]
+    if r.findings:
+        out += ["**Findings**", ""]
+        for f in r.findings:
+            ev = f" — {', '.join(f'`{e}`' for e in f.evidence)}" if f.evidence else ""
+            out.append(f"- {f.claim}{ev}")
+        out.append("")
+    if r.changes:
+        out += ["**Changes**", "", *(f"- {c.action} `{c.path}`" for c in r.changes), ""]
+    if r.verification:
+        out += ["**Verification**", ""]
+        out += [f"- `{v.command}` → {one_line(v.outcome, 300)}" for v in r.verification]
+        out.append("")
+    for title, items in (
+        ("Negative results", r.negative_results),
+        ("Open questions", r.open_questions),
+    ):
+        if items:
+            out += [f"**{title}**", "", *(f"- {i}" for i in items), ""]
+    if r.branch:
+        out += [f"**Branch**: `{r.branch}`", ""]
+    if r.diff_stat:
+        out += ["**Diff stat**", "", *_fenced(r.diff_stat, "text"), ""]
+    return out
+
+
+def _fenced(text: str, lang: str) -> list[str]:
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [f"{fence}{lang}", text.rstrip("\n"), fence]

@@ -1,0 +1,331 @@
+"""The ``threadloom`` command line (also ``python -m orchestrator``).
+
+The plumbing every command shares lives here; the commands live in their own modules and are
+loaded only when named (so ``threadloom --help`` imports neither the store nor any SDK).
+
+Adding a command::
+
+    # orchestrator/_cmd_example.py
+    import click
+    from orchestrator.cli import Output, command, run_command
+
+    @command("example")
+    @click.argument("ref")
+    @click.pass_context
+    def example(ctx: click.Context, ref: str) -> None:
+        \"\"\"One line for the command list. More help below.\"\"\"
+
+        async def go(store: Store) -> Output:
+            info = (await store.resolve(ref)).thread
+            return Output({"ref": info.ref}, text=f"{info.ref}\\n")
+
+        run_command(ctx, go)
+
+and one line in ``COMMANDS``: ``"example": "orchestrator._cmd_example:example"``.
+
+``run_command`` opens the store named by ``--db``, runs the coroutine, prints ``Output.data`` as
+one JSON document with ``--json`` or ``Output.text`` otherwise, and exits with
+``Output.exit_code``. Errors are not caught by commands: they propagate to
+``ThreadloomGroup.main``, which maps each to its exit code (``orchestrator._errors``) and reports
+it as one line on stderr — plus ``{"error": {"code", "message"}}`` on stdout with ``--json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import sys
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import click
+
+from ._errors import EXIT_INTERRUPTED, EXIT_USAGE, exit_code_for, one_line
+from ._render import Printer, dumps
+
+if TYPE_CHECKING:
+    from store import Store
+
+PROG = "threadloom"
+DEFAULT_DB = Path(".threadloom") / "threads.db"
+
+COMMANDS: dict[str, str] = {
+    "export": "orchestrator._cmd_transcript:export",
+    "fork": "orchestrator._cmd_transcript:fork",
+    "import": "orchestrator._cmd_transcript:import_",
+    "ls": "orchestrator._cmd_read:ls",
+    "migrate": "orchestrator._cmd_stats:migrate",
+    "search": "orchestrator._cmd_read:search",
+    "show": "orchestrator._cmd_read:show",
+    "stats": "orchestrator._cmd_stats:stats",
+    "tree": "orchestrator._cmd_read:tree",
+}
+"""Command name → ``module:attribute`` of its click command, imported on first use."""
+
+
+@dataclass
+class AppContext:
+    """The global options, shared by every command through ``ctx.obj``."""
+
+    db: str | None = None
+    json: bool = False
+    verbose: int = 0
+    log_json: bool = False
+    _logging_ready: bool = False
+
+    def database(self) -> tuple[str, bool]:
+        """(URL or path, create its directory). Only the default location is created."""
+        if self.db:
+            return self.db, False
+        return str(Path.cwd() / DEFAULT_DB), True
+
+    def setup_logging(self) -> None:
+        if not self._logging_ready:
+            from .logging import configure_logging
+
+            configure_logging(self.verbose, self.log_json)
+            self._logging_ready = True
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """What a command produced: ``data`` is its ``--json`` document; ``text`` its text output,
+    either a string written as is or a function that writes through a ``Printer``."""
+
+    data: Any
+    text: str | Callable[[Printer], None] | None = None
+    exit_code: int = 0
+
+
+_CURRENT: ContextVar[AppContext | None] = ContextVar("threadloom_app", default=None)
+
+
+def get_app(ctx: click.Context) -> AppContext:
+    app = ctx.find_object(AppContext)
+    if app is None:  # a command invoked on its own, without the group
+        app = ctx.ensure_object(AppContext)
+        _CURRENT.set(app)
+    return app
+
+
+def emit(app: AppContext, out: Output, *, stream: Any = None) -> None:
+    """Print a command's output: JSON with ``--json``, text otherwise."""
+    stdout = sys.stdout if stream is None else stream
+    if app.json:
+        stdout.write(dumps(out.data) + "\n")
+    elif isinstance(out.text, str):
+        stdout.write(out.text)
+    elif out.text is not None:
+        out.text(Printer(stdout))
+    stdout.flush()
+
+
+async def open_store(app: AppContext, *, migrate: bool = True) -> Store:
+    """The store named by ``--db`` (``THREADLOOM_DB``, default ``.threadloom/threads.db``),
+    upgraded to the newest schema unless ``migrate=False``."""
+    from store import Store
+
+    from .logging import get_logger
+
+    url, create_dirs = app.database()
+    store = await Store.open(url, create_dirs=create_dirs, migrate=migrate)
+    get_logger(__name__).debug("database.opened", database=store.db.display)
+    return store
+
+
+def run_async(ctx: click.Context, fn: Callable[[], Awaitable[Output]]) -> None:
+    """Run a command's coroutine (no store opened for it), print its output, exit with its
+    code. Errors propagate to the one handler in ``ThreadloomGroup.main``."""
+    app = get_app(ctx)
+    app.setup_logging()
+    out = asyncio.run(_awaited(fn))
+    emit(app, out)
+    if out.exit_code:
+        ctx.exit(out.exit_code)
+
+
+def run_command(
+    ctx: click.Context, fn: Callable[[Store], Awaitable[Output]], *, migrate: bool = True
+) -> None:
+    """``run_async`` with the store opened before ``fn`` and closed after it."""
+    app = get_app(ctx)
+
+    async def with_store() -> Output:
+        store = await open_store(app, migrate=migrate)
+        try:
+            return await fn(store)
+        finally:
+            await store.close()
+
+    run_async(ctx, with_store)
+
+
+async def _awaited(fn: Callable[[], Awaitable[Output]]) -> Output:
+    return await fn()
+
+
+# ----------------------------------------------------------------- click classes
+
+
+def _json_after_command(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        get_app(ctx).json = True
+
+
+class Command(click.Command):
+    """A threadloom command. Besides its own options it accepts ``--json`` after its name too
+    (``threadloom ls --json`` means ``threadloom --json ls``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.params.append(
+            click.Option(
+                ["--json", "_json_after"],
+                is_flag=True,
+                hidden=True,
+                expose_value=False,
+                callback=_json_after_command,
+                help="Same as the global --json.",
+            )
+        )
+
+
+def command(name: str, **attrs: Any) -> Callable[[Callable[..., Any]], Command]:
+    """``@click.command`` for threadloom commands (help options and ``--json`` included)."""
+    attrs.setdefault("context_settings", {"help_option_names": ["-h", "--help"]})
+    return click.command(name, cls=Command, **attrs)
+
+
+class ThreadloomGroup(click.Group):
+    """Loads commands lazily from ``COMMANDS`` and is the one place errors become exit codes."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        cmd = super().get_command(ctx, cmd_name)
+        if cmd is None and cmd_name in COMMANDS:
+            module, attr = COMMANDS[cmd_name].split(":")
+            cmd = getattr(importlib.import_module(module), attr)
+            assert isinstance(cmd, click.Command)
+            self.add_command(cmd, cmd_name)
+        return cmd
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> NoReturn:
+        argv = list(sys.argv[1:] if args is None else args)
+        _CURRENT.set(None)
+        try:
+            rv = super().main(argv, prog_name or PROG, complete_var, standalone_mode=False, **extra)
+        except SystemExit:
+            raise
+        except BrokenPipeError:
+            _silence_stdout()
+            sys.exit(0)
+        except BaseException as exc:  # the one boundary: every error ends here
+            sys.exit(report_error(exc, argv))
+        sys.exit(rv if isinstance(rv, int) and not isinstance(rv, bool) else 0)
+
+
+def report_error(exc: BaseException, argv: Sequence[str] = ()) -> int:
+    """Report ``exc`` as one line on stderr (and as JSON on stdout with ``--json``); return
+    its exit code."""
+    app = _CURRENT.get()
+    json_mode = (app.json if app else False) or "--json" in argv
+    verbose = (app.verbose if app else 0) or any(a in ("-v", "-vv", "--verbose") for a in argv)
+    if isinstance(exc, click.Abort):  # click's wrapper around Ctrl-C
+        code, message = EXIT_INTERRUPTED, "interrupted"
+    elif isinstance(exc, click.UsageError):
+        code = EXIT_USAGE
+        message = " ".join(exc.format_message().split())
+        where = exc.ctx.command_path if exc.ctx is not None else PROG
+        message = f"{message} (see '{where} --help')"
+    elif isinstance(exc, click.ClickException):
+        code, message = exc.exit_code, " ".join(exc.format_message().split())
+    else:
+        code, message = exit_code_for(exc), one_line(exc)
+    if verbose and not isinstance(exc, click.UsageError | click.Abort):
+        traceback.print_exception(exc, file=sys.stderr)
+    try:
+        if json_mode:
+            sys.stdout.write(dumps({"error": {"code": code, "message": message}}) + "\n")
+            sys.stdout.flush()
+        sys.stderr.write(f"{PROG}: error: {message}\n")
+        sys.stderr.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+    return code
+
+
+def _silence_stdout() -> None:
+    """After a reader closed our stdout (``threadloom ls | head``): no second error at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+# ----------------------------------------------------------------- the group
+
+_HELP = """Multi-task coding jobs on isolated, append-only agent threads.
+
+\b
+Refs: T-<id> names a thread; T-<id>#7 message 7; T-<id>#7-12 a range;
+T-<id>#7- message 7 to the end. A unique prefix of the id (4+ characters)
+works anywhere a ref does.
+
+\b
+Exit codes: 0 ok · 1 ran but ended failed, interrupted, cancelled or over
+budget · 2 bad usage or input · 3 unknown or ambiguous ref · 4 the model
+provider failed · 130 Ctrl-C.
+
+Global options go before the command; --json may also follow it.
+"""
+
+
+@click.group(
+    cls=ThreadloomGroup,
+    name=PROG,
+    help=_HELP,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.option(
+    "--db",
+    "db",
+    metavar="URL_OR_PATH",
+    envvar="THREADLOOM_DB",
+    show_envvar=True,
+    help="Database file or SQLAlchemy URL (postgresql+asyncpg://…). Default:"
+    " .threadloom/threads.db under the current directory, created on first use.",
+)
+@click.option(
+    "--json",
+    "json_output",
+    is_flag=True,
+    help="Machine-readable output: one JSON document on stdout (errors too).",
+)
+@click.option("-v", "--verbose", count=True, help="Log more to stderr (-v info, -vv debug).")
+@click.option("--log-json", is_flag=True, help="Logs on stderr as JSON lines.")
+@click.version_option(package_name="threadloom", prog_name=PROG)
+@click.pass_context
+def main(
+    ctx: click.Context, db: str | None, json_output: bool, verbose: int, log_json: bool
+) -> None:
+    app = ctx.ensure_object(AppContext)
+    app.db = db or None
+    app.json = app.json or json_output
+    app.verbose = verbose
+    app.log_json = log_json
+    _CURRENT.set(app)
