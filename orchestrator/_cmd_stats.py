@@ -69,20 +69,29 @@ def stats(ctx: click.Context, ref: str | None) -> None:
         missing = [j for j, lead in leads.items() if lead is None]
         for j in missing:  # a lead that used no tokens itself: still names its job
             leads[j] = await store.get_thread(j)
-        job_rows = []
+        per_job: list[tuple[str, str, int, Usage, float]] = []
         for j, members in jobs.items():
-            u = _sum(usage_of(t.id) for t in members)
             lead = leads[j]
-            job_rows.append(
-                {
-                    "ref": f"T-{j}",
-                    "title": lead.title if lead else "",
-                    "threads": len(members),
-                    "usage": usage_json(u),
-                    "cost_usd": sum(cost_of(t.id) for t in members),
-                    "cache_read_share": cache_share(u),
-                }
+            per_job.append(
+                (
+                    f"T-{j}",
+                    lead.title if lead else "",
+                    len(members),
+                    _sum(usage_of(t.id) for t in members),
+                    sum(cost_of(t.id) for t in members),
+                )
             )
+        job_rows = [
+            {
+                "ref": jref,
+                "title": title,
+                "threads": n,
+                "usage": usage_json(u),
+                "cost_usd": cost,
+                "cache_read_share": cache_share(u),
+            }
+            for jref, title, n, u, cost in per_job
+        ]
         total_usage = _sum(usage_of(t.id) for t in infos)
         total_cost = sum(cost_of(t.id) for t in infos)
         data: dict[str, Any] = {
@@ -110,13 +119,8 @@ def stats(ctx: click.Context, ref: str | None) -> None:
             else:
                 head = [Column("JOB"), Column("THREADS", "right"), Column("TITLE", wrap=True)]
                 rows = [
-                    [
-                        r["ref"],
-                        str(r["threads"]),
-                        one_line(str(r["title"]), 50),
-                        *_cells(_usage(r["usage"]), float(r["cost_usd"])),
-                    ]
-                    for r in job_rows
+                    [jref, str(n), one_line(title, 50), *_cells(u, cost)]
+                    for jref, title, n, u, cost in per_job
                 ]
             if not rows:
                 click.echo("no usage recorded", err=True)
@@ -160,12 +164,6 @@ def _sum(usages: Iterable[Usage]) -> Usage:
     for u in usages:
         total = total + u
     return total
-
-
-def _usage(doc: Any) -> Usage:
-    from store import Usage
-
-    return Usage.model_validate(doc)
 
 
 @command("migrate")

@@ -216,7 +216,7 @@ class ThreadloomGroup(click.Group):
             self.add_command(cmd, cmd_name)
         return cmd
 
-    def main(  # type: ignore[override]
+    def main(
         self,
         args: Sequence[str] | None = None,
         prog_name: str | None = None,

@@ -145,7 +145,7 @@ def _describe(err: ValidationError, blocks: list[Any]) -> str:
     loc = list(first["loc"])
     parts: list[str] = []
     if loc and isinstance(loc[0], int):
-        index = loc.pop(0)
+        index = int(loc.pop(0))
         kind = blocks[index].get("type") if index < len(blocks) else None
         parts.append(f"content[{index}] ({kind})")
         if loc and loc[0] == kind:  # the discriminator's tag, not a field

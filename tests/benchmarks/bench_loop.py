@@ -27,9 +27,9 @@ from typing import Any, ClassVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import logging  # noqa: E402
+import logging
 
-import structlog  # noqa: E402
+import structlog
 
 structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 

@@ -28,8 +28,12 @@ from workers.tools import (
 )
 
 HAS_RG = shutil.which("rg") is not None
-ENGINES = ["python", pytest.param("ripgrep", marks=pytest.mark.skipif(
-    not HAS_RG, reason="ripgrep is not installed"))]
+ENGINES = [
+    "python",
+    pytest.param(
+        "ripgrep", marks=pytest.mark.skipif(not HAS_RG, reason="ripgrep is not installed")
+    ),
+]
 
 
 @pytest.fixture
@@ -62,9 +66,7 @@ async def test_read_file_window_says_how_to_read_on(ws: Path, ctx: ToolContext) 
     out = await call(ReadFileTool(), ctx, path="big.txt", offset=10, limit=5)
     lines = out.text.splitlines()
     assert lines[:5] == [f"{n:>6}\tline {n}" for n in range(10, 15)]
-    assert lines[5] == (
-        "[showing lines 10-14 of 100; call read_file with offset=15 to read more]"
-    )
+    assert lines[5] == ("[showing lines 10-14 of 100; call read_file with offset=15 to read more]")
 
 
 async def test_read_file_default_limit_is_2000_lines(ws: Path, ctx: ToolContext) -> None:
@@ -158,9 +160,7 @@ async def test_read_file_file_path_with_trailing_slash_is_not_a_directory(
 
 async def test_write_file_creates_file_and_parent_directories(ws: Path, ctx: ToolContext) -> None:
     out = await call(WriteFileTool(), ctx, path="pkg/sub/mod.py", content="héllo\n")
-    assert out == ToolOutput(
-        "Created pkg/sub/mod.py (7 bytes); created directories: pkg, pkg/sub"
-    )
+    assert out == ToolOutput("Created pkg/sub/mod.py (7 bytes); created directories: pkg, pkg/sub")
     assert (ws / "pkg/sub/mod.py").read_text() == "héllo\n"
 
 
@@ -222,9 +222,7 @@ async def test_edit_file_replaces_a_unique_match(ws: Path, ctx: ToolContext) -> 
     assert (ws / "m.py").read_text() == "def f():\n    return 2\n"
 
 
-async def test_edit_file_missing_old_text_says_it_was_not_found(
-    ws: Path, ctx: ToolContext
-) -> None:
+async def test_edit_file_missing_old_text_says_it_was_not_found(ws: Path, ctx: ToolContext) -> None:
     (ws / "m.py").write_text("x = 1\n")
     out = await call(EditFileTool(), ctx, path="m.py", old="y = 1", new="y = 2")
     assert out.is_error
@@ -268,7 +266,9 @@ async def test_edit_file_empty_old_is_invalid_input(ws: Path, ctx: ToolContext) 
 async def test_edit_file_accepts_lf_text_for_a_crlf_file(ws: Path, ctx: ToolContext) -> None:
     (ws / "dos.txt").write_bytes(b"one\r\ntwo\r\nthree\r\n")
     out = await call(EditFileTool(), ctx, path="dos.txt", old="one\ntwo", new="1\n2")
-    assert out.text == "Replaced 1 occurrence in dos.txt (matched with the file's CRLF line endings)"
+    assert (
+        out.text == "Replaced 1 occurrence in dos.txt (matched with the file's CRLF line endings)"
+    )
     assert (ws / "dos.txt").read_bytes() == b"1\r\n2\r\nthree\r\n"
 
 
@@ -338,7 +338,12 @@ async def test_list_files_pattern_is_relative_to_the_listed_directory(
     braces = await call(ListFilesTool(), ctx, path="src", pattern="*.{py,txt}")
     assert top.text.splitlines() == ["a-b.py", "a.py"]
     assert deep.text.splitlines() == [
-        ".hidden/h.py", "a/z.py", "a-b.py", "a.py", "src/m.py", "src/sub/n.py"
+        ".hidden/h.py",
+        "a/z.py",
+        "a-b.py",
+        "a.py",
+        "src/m.py",
+        "src/sub/n.py",
     ]
     assert sub.text.splitlines() == ["src/sub/n.py"]
     assert braces.text.splitlines() == ["src/m.py", "src/t.txt"]
@@ -598,7 +603,12 @@ def test_build_tools_duplicate_name_is_an_error() -> None:
 
 def test_default_worker_tools_are_all_registered() -> None:
     assert DEFAULT_WORKER_TOOLS == (
-        "read_file", "write_file", "edit_file", "list_files", "grep", "bash"
+        "read_file",
+        "write_file",
+        "edit_file",
+        "list_files",
+        "grep",
+        "bash",
     )
     assert set(DEFAULT_WORKER_TOOLS) == set(TOOL_REGISTRY)
 

@@ -144,9 +144,13 @@ class OutputBuffer:
                 return
             self.overflowed = True
             keep = self.cap // 2
-            spill = bytes(self.head[keep:]) + data
-            del self.head[keep:]
-            data = spill
+            room = keep - len(self.head)
+            if room >= 0:
+                self.head += data[:room]
+                data = data[room:]
+            else:
+                data = bytes(self.head[keep:]) + data
+                del self.head[keep:]
         self.tail.append(data)
         self.tail_size += len(data)
         tail_cap = self.cap - self.cap // 2
