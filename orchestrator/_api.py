@@ -75,7 +75,9 @@ class JobOutcome:
 
 
 class Orchestrator:
-    """Runs jobs and threads over one store. ``on_event`` receives every thread's progress."""
+    """Runs jobs and threads over one store. ``on_event`` receives every thread's progress;
+    ``env`` is extra environment for the workers' ``bash`` (secret-named variables are never
+    passed on)."""
 
     def __init__(
         self,
@@ -83,11 +85,13 @@ class Orchestrator:
         *,
         on_event: Callable[[LoopEvent], None] | None = None,
         config: LoopConfig | None = None,
+        env: dict[str, str] | None = None,
         owns_store: bool = False,
     ) -> None:
         self.store = store
         self.on_event = on_event
         self.config = config or LoopConfig()
+        self.env = env
         self._owns_store = owns_store
 
     @classmethod
@@ -189,7 +193,12 @@ class Orchestrator:
 
     def _runtime(self, job: JobSpec, lead_id: str) -> JobRuntime:
         return JobRuntime(
-            store=self.store, job=job, lead_id=lead_id, on_event=self.on_event, config=self.config
+            store=self.store,
+            job=job,
+            lead_id=lead_id,
+            on_event=self.on_event,
+            config=self.config,
+            env=self.env,
         )
 
     async def _thread(self, ref: str) -> ThreadInfo:

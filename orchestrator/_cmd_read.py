@@ -13,6 +13,8 @@ from .cli import Output, command, run_command
 if TYPE_CHECKING:
     from store import Store, ThreadInfo, Usage
 
+    from ._thread_view import Mode
+
 STATUSES = ("idle", "queued", "running", "done", "failed", "interrupted", "cancelled")
 KINDS = ("lead", "worker", "reader")
 LS_LIMIT = 50
@@ -93,7 +95,7 @@ def ls(
 # ----------------------------------------------------------------- show
 
 
-@command("show")
+@command("show", short_help="A thread: status, lineage, result, usage, messages.")
 @click.argument("ref")
 @click.option("--tools", is_flag=True, help="Show tool inputs and outputs (capped).")
 @click.option("--raw", is_flag=True, help="Show tool inputs, outputs and thinking whole.")
@@ -133,6 +135,8 @@ def show(ctx: click.Context, ref: str, tools: bool, raw: bool) -> None:
         resolved = await store.resolve(ref)
         info = resolved.thread
         msgs = await store.messages(info.id, start=resolved.start or 1, end=resolved.end)
+        start = resolved.start or 1
+        before = await store.message(info.id, start - 1) if start > 1 else None
         totals = await store.usage_totals(thread_id=info.id)
         from store import Usage
 
@@ -154,7 +158,8 @@ def show(ctx: click.Context, ref: str, tools: bool, raw: bool) -> None:
             render_header(p, info, shown=shown, usage=usage, cost=cost)
             if info.result is not None:
                 render_result(p, info.result)
-            render_messages(p, info, msgs, "raw" if raw else "tools" if tools else "brief")
+            mode: Mode = "raw" if raw else "tools" if tools else "brief"
+            render_messages(p, info, msgs, mode, before=before)
 
         return Output(data, text)
 
@@ -164,7 +169,7 @@ def show(ctx: click.Context, ref: str, tools: bool, raw: bool) -> None:
 # ----------------------------------------------------------------- tree
 
 
-@command("tree")
+@command("tree", short_help="The job around REF as a tree of spawn and fork edges.")
 @click.argument("ref")
 @click.pass_context
 def tree(ctx: click.Context, ref: str) -> None:
@@ -252,6 +257,7 @@ def tree(ctx: click.Context, ref: str) -> None:
 # ----------------------------------------------------------------- search
 
 _MATCH = re.compile(r"\[([^\[\]]*)\]")
+SNIPPET_WIDTH = 160
 
 
 @command("search")
@@ -298,12 +304,12 @@ def search(ctx: click.Context, query: str, job: str | None, limit: int) -> None:
                     (h.ref.ljust(width), "bold"),
                     (f"  {h.role:<9}  ", "dim"),
                 ]
-                pos = 0
-                for m in _MATCH.finditer(h.snippet):
-                    parts.append((h.snippet[pos : m.start()], None))
+                snippet, pos = one_line(h.snippet, SNIPPET_WIDTH), 0
+                for m in _MATCH.finditer(snippet):
+                    parts.append((snippet[pos : m.start()], None))
                     parts.append((m.group(0) if not p.styled else m.group(1), "bold yellow"))
                     pos = m.end()
-                parts.append((h.snippet[pos:], None))
+                parts.append((snippet[pos:], None))
                 p.parts(parts)
 
         return Output(data, text)

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from store import Store, ThreadInfo, Usage
 
 
-@command("stats")
+@command("stats", short_help="Tokens, cost and cache-read share per thread and job.")
 @click.argument("ref", required=False)
 @click.pass_context
 def stats(ctx: click.Context, ref: str | None) -> None:

@@ -20,7 +20,7 @@ RUN_NOT_BUILT = "running a fork needs the worker runtime (not built yet); use --
 # ----------------------------------------------------------------- export
 
 
-@command("export")
+@command("export", short_help="Print a thread's whole transcript (jsonl or Markdown).")
 @click.argument("ref")
 @click.option(
     "--format",
@@ -68,7 +68,7 @@ def export(ctx: click.Context, ref: str, fmt: str) -> None:
 # ----------------------------------------------------------------- import
 
 
-@command("import")
+@command("import", short_help="Create a thread from a JSONL transcript.")
 @click.argument("file", metavar="FILE.jsonl", type=click.Path(dir_okay=True, allow_dash=True))
 @click.option("--title", "title", metavar="T", help='Thread title (default: "imported from FILE").')
 @click.pass_context
@@ -124,7 +124,7 @@ def _read_text(file: str, name: str) -> str:
 # ----------------------------------------------------------------- fork
 
 
-@command("fork")
+@command("fork", short_help="Fork a thread at a message (--no-run: only create it).")
 @click.argument("ref", metavar="REF[#N]")
 @click.argument("message", required=False)
 @click.option("--model", "model", metavar="SPEC", help="Model of the fork (default: REF's).")

@@ -1,15 +1,16 @@
 """Text output of the command line: a printer that styles on a terminal and writes plain text
 anywhere else, aligned tables, and the small formatters every command shares.
 
-On a terminal, ``rich`` styles lines and tables and fits tables to the window (long cells end in
-``…``). Anywhere else — a pipe, a file, a test — output is plain text: no escape codes, columns
-separated by two spaces, nothing truncated, no trailing spaces. ``rich`` is imported only for a
-terminal.
+On a terminal, ``rich`` styles the output (``NO_COLOR`` is honoured) and a table's title-like
+column is cut to fit the window. Anywhere else — a pipe, a file, a test — output is plain text:
+no escape codes, columns two spaces apart, nothing cut, no trailing spaces. ``rich`` is imported
+only for a terminal.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import unicodedata
 from collections.abc import Sequence
@@ -76,47 +77,54 @@ class Printer:
             self.stream.write(text)
 
     def table(self, columns: Sequence[Column], rows: Sequence[Sequence[Cell]]) -> None:
-        if self.styled:
-            self._rich_table(columns, rows)
-            return
-        texts = [[_cell_text(c) for c in row] for row in rows]
+        """Columns aligned, two spaces apart. On a terminal the ``wrap`` column is cut (with
+        "…") so that rows fit the window; elsewhere nothing is cut."""
+        cells = [[(c, None) if isinstance(c, str) else c for c in row] for row in rows]
         header = [c.header for c in columns]
         widths = [
-            max([cell_width(header[i])] + [cell_width(r[i]) for r in texts])
+            max([cell_width(header[i])] + [cell_width(r[i][0]) for r in cells])
             for i in range(len(columns))
         ]
-        for row in [header, *texts]:
-            cells = []
-            for i, (col, text) in enumerate(zip(columns, row, strict=True)):
+        if self.styled:
+            excess = sum(widths) + 2 * (len(widths) - 1) - shutil.get_terminal_size().columns
+            for i, col in enumerate(columns):
+                if col.wrap and excess > 0:
+                    widths[i] = max(widths[i] - excess, min(widths[i], 12))
+        head_style = "bold" if self.styled else None
+        for row in [[(h, head_style) for h in header], *cells]:
+            parts: list[tuple[str, Style]] = []
+            for i, (col, (text, style)) in enumerate(zip(columns, row, strict=True)):
+                text = fit(text, widths[i])
                 pad = " " * (widths[i] - cell_width(text))
-                last = i == len(columns) - 1
-                cells.append(pad + text if col.align == "right" else text + ("" if last else pad))
-            self.stream.write("  ".join(cells).rstrip() + "\n")
-
-    def _rich_table(self, columns: Sequence[Column], rows: Sequence[Sequence[Cell]]) -> None:
-        from rich import box
-        from rich.table import Table
-        from rich.text import Text
-
-        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
-        for col in columns:
-            table.add_column(
-                col.header,
-                justify="right" if col.align == "right" else "left",
-                no_wrap=True,
-                overflow="ellipsis",
-                ratio=1 if col.wrap else None,
-                min_width=10 if col.wrap else None,
-            )
-        for row in rows:
-            table.add_row(
-                *(Text(c[0], style=c[1] or "") if isinstance(c, tuple) else Text(c) for c in row)
-            )
-        self.console.print(table)
+                if i:
+                    parts.append(("  ", None))
+                if col.align == "right":
+                    parts += [(pad, None), (text, style)]
+                elif i == len(columns) - 1:
+                    parts.append((text, style))
+                else:
+                    parts += [(text, style), (pad, None)]
+            while parts and not parts[-1][0].strip():
+                parts.pop()
+            self.parts(parts)
 
 
 def _cell_text(cell: Cell) -> str:
     return cell[0] if isinstance(cell, tuple) else cell
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` cut with "…" to at most ``width`` terminal columns."""
+    if cell_width(text) <= width:
+        return text
+    out, used = [], 0
+    for ch in text:
+        w = cell_width(ch)
+        if used + w > width - 1:
+            break
+        out.append(ch)
+        used += w
+    return "".join(out) + "…"
 
 
 def cell_width(text: str) -> int:
@@ -188,9 +196,13 @@ def compact(n: int) -> str:
 def usd(value: float) -> str:
     if value == 0:
         return "$0"
-    if value < 0.01:
+    if value < 1:
         return f"${value:.4f}"
     return f"${value:,.2f}"
+
+
+def plural(n: int, word: str) -> str:
+    return f"{count(n)} {word}" if n == 1 else f"{count(n)} {word}s"
 
 
 def percent(share: float | None) -> str:

@@ -93,6 +93,7 @@ class JobRuntime:
     lead_id: str
     on_event: Callable[[LoopEvent], None] | None = None
     config: LoopConfig = field(default_factory=LoopConfig)
+    env: dict[str, str] | None = None
     spawned: list[str] = field(default_factory=list)
     _models: dict[str, Model] = field(default_factory=dict)
     _sem: asyncio.Semaphore | None = None
@@ -172,6 +173,7 @@ class JobRuntime:
             on_event=self.on_event,
             resolve_task_ref=self.task_ref,
             message=message,
+            env=self.env,
         )
 
     async def run_worker(

@@ -30,6 +30,7 @@ from ._render import (
     json_value,
     one_line,
     percent,
+    plural,
     timestamp,
     usd,
 )
@@ -139,7 +140,7 @@ def render_header(
     if info.error:
         rows.append(("error", one_line(info.error, 300)))
     for key, value in rows:
-        p.parts([(f"  {key:<9}", "dim"), (value, "red" if key == "error" else None)])
+        p.parts([(f"  {key:<10}", "dim"), (value, "red" if key == "error" else None)])
 
 
 def usage_line(usage: Usage, cost: float) -> str:
@@ -155,17 +156,16 @@ def usage_line(usage: Usage, cost: float) -> str:
 
 def render_result(p: Printer, result: Result) -> None:
     style = {"done": "green", "partial": "yellow"}.get(result.status, "red")
-    facts = [f"{result.turns} turns" if result.turns is not None else ""]
+    facts = [plural(result.turns, "turn")] if result.turns is not None else []
     if result.duration_s is not None:
         facts.append(f"{result.duration_s:.1f}s")
+    if result.task:
+        facts.append(f"task {result.task}")
     p.line()
-    p.parts(
-        [
-            ("result  ", "bold"),
-            (result.status, style),
-            ("  " + " · ".join(f for f in facts if f), "dim"),
-        ]
-    )
+    head: list[tuple[str, str | None]] = [("result  ", "bold"), (result.status, style)]
+    if facts:
+        head.append(("  " + " · ".join(facts), "dim"))
+    p.parts(head)
     for line in result.summary.splitlines() or [""]:
         p.line(f"  {line}")
     if result.findings:
@@ -205,10 +205,21 @@ def render_result(p: Printer, result: Result) -> None:
 # ----------------------------------------------------------------- text: messages
 
 
-def render_messages(p: Printer, info: ThreadInfo, msgs: Sequence[Message], mode: Mode) -> None:
+def render_messages(
+    p: Printer,
+    info: ThreadInfo,
+    msgs: Sequence[Message],
+    mode: Mode,
+    *,
+    before: Message | None = None,
+) -> None:
+    """The messages, each headed ``#seq role``; ``before`` (the message preceding a range) only
+    names the tools whose results open the range."""
     from store import TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 
     names: dict[str, str] = {}
+    if before is not None:
+        names.update((b.id, b.name) for b in before.tool_uses())
     for m in msgs:
         ref = f"{info.ref}#{m.seq}"
         p.line()
@@ -265,7 +276,7 @@ def _render_call(p: Printer, name: str, args: dict[str, Any], mode: Mode, ref: s
 def _render_output(p: Printer, name: str, b: Any, mode: Mode, ref: str) -> None:
     text: str = b.text
     state = ("error", "red") if b.is_error else ("ok", "green")
-    size = f" · {count(len(text.splitlines()))} lines · {count(len(text))} chars"
+    size = f" · {plural(len(text.splitlines()), 'line')} · {plural(len(text), 'char')}"
     parts: list[tuple[str, str | None]] = [
         ("← ", "magenta"),
         (f"{name} · ", None),
@@ -287,11 +298,13 @@ def _body(p: Printer, text: str, mode: Mode, ref: str, what: str) -> None:
     if mode == "raw":
         p.line(text.rstrip("\n"))
         return
-    shown, marker = cap_text(text, ref=ref, what=what)
-    for line in shown.splitlines():
+    head, marker, tail = cap_text(text, ref=ref, what=what)
+    for line in head.splitlines():
         p.line(f"    {line}")
     if marker:
         p.line(f"    {marker}", "yellow")
+        for line in tail.splitlines():
+            p.line(f"    {line}")
 
 
 def cap_text(
@@ -301,12 +314,12 @@ def cap_text(
     what: str = "output",
     max_lines: int = CAP_LINES,
     max_chars: int = CAP_CHARS,
-) -> tuple[str, str | None]:
-    """Head and tail of ``text`` within ``max_lines`` lines and ``max_chars`` characters, and
-    the marker that replaces the middle (None when ``text`` fits whole)."""
+) -> tuple[str, str | None, str]:
+    """(head, marker, tail): ``text`` within ``max_lines`` lines and ``max_chars`` characters,
+    head and tail kept, the marker replacing the middle — or (text, None, "") when it fits."""
     lines = text.splitlines()
     if len(lines) <= max_lines and len(text) <= max_chars:
-        return text, None
+        return text, None, ""
     half_chars = max_chars // 2
     if len(lines) > max_lines:
         half = max_lines // 2
@@ -320,7 +333,7 @@ def cap_text(
         f"[… {count(omitted_lines)} lines, {count(omitted_chars)} chars omitted;"
         f" the whole {what}: threadloom show {ref} --raw]"
     )
-    return f"{head}\n…\n{tail}", marker
+    return head, marker, tail
 
 
 # ----------------------------------------------------------------- Markdown
@@ -353,11 +366,13 @@ def markdown(info: ThreadInfo, msgs: Sequence[Message], *, usage: Usage, cost: f
     out += [f"- **{k}**: {v}" for k, v in meta]
     if info.result is not None:
         out += ["", "## Result", "", *_markdown_result(info.result)]
-    out += ["", "## Messages"]
+        while out[-1] == "":
+            out.pop()
+    out += ["", "## Messages", ""]
     names: dict[str, str] = {}
     for m in msgs:
         origin = f" · from `T-{m.thread_id}`" if m.thread_id != info.id else ""
-        out += ["", f"### #{m.seq} · {m.role}{origin}", ""]
+        out += [f"### #{m.seq} · {m.role}{origin}", ""]
         for b in m.content:
             if isinstance(b, TextBlock):
                 out += [b.text, ""]

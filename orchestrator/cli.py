@@ -55,6 +55,9 @@ PROG = "threadloom"
 DEFAULT_DB = Path(".threadloom") / "threads.db"
 
 COMMANDS: dict[str, str] = {
+    "demo": "orchestrator._cmd_run:demo",
+    "resume": "orchestrator._cmd_run:resume",
+    "run": "orchestrator._cmd_run:run",
     "export": "orchestrator._cmd_transcript:export",
     "fork": "orchestrator._cmd_transcript:fork",
     "import": "orchestrator._cmd_transcript:import_",
@@ -248,7 +251,7 @@ def report_error(exc: BaseException, argv: Sequence[str] = ()) -> int:
         code, message = EXIT_INTERRUPTED, "interrupted"
     elif isinstance(exc, click.UsageError):
         code = EXIT_USAGE
-        message = " ".join(exc.format_message().split())
+        message = " ".join(exc.format_message().split()).rstrip(".")
         where = exc.ctx.command_path if exc.ctx is not None else PROG
         message = f"{message} (see '{where} --help')"
     elif isinstance(exc, click.ClickException):

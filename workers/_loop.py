@@ -93,6 +93,8 @@ class LoopEvent:
 
     thread_id: str
     kind: str  # "started" | "turn" | "tool" | "finished"
+    thread_kind: str = ""
+    title: str = ""
     turn: int = 0
     usage: Usage = field(default_factory=Usage)
     detail: str = ""
@@ -165,6 +167,7 @@ class _Run:
     resolve_task_ref: Callable[[str], Awaitable[str | None]] | None
     task_key: str | None
     message: str | None = None
+    title: str = ""
     history: list[Message] = field(default_factory=list)
     turns: int = 0
     usage: Usage = field(default_factory=Usage)
@@ -177,7 +180,17 @@ class _Run:
     def emit(self, kind: str, **kw: Any) -> None:
         if self.on_event is not None:
             with contextlib.suppress(Exception):
-                self.on_event(LoopEvent(self.thread_id, kind, self.turns, self.usage, **kw))
+                self.on_event(
+                    LoopEvent(
+                        self.thread_id,
+                        kind,
+                        str(self.kind),
+                        self.title,
+                        self.turns,
+                        self.usage,
+                        **kw,
+                    )
+                )
 
 
 async def run_thread(
@@ -236,6 +249,7 @@ async def run_thread(
         resolve_task_ref=resolve_task_ref,
         task_key=(info.task or {}).get("id") if info.task else None,
         message=message,
+        title=info.title,
     )
     try:
         await store.acquire_lease(thread_id, me, ttl_s=cfg.lease_ttl_s)

@@ -307,14 +307,14 @@ async def test_retry_after_is_capped(api: FakeMessagesAPI) -> None:
     started = time.monotonic()
     await model.complete(req([NewMessage.user("hi")]))
     await model.aclose()
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 60  # not the hour the server asked for
 
 
 async def test_timeout_is_retried(api: FakeMessagesAPI) -> None:
     model = AnthropicModel(
-        MODEL, api_key="k", base_url=api.base_url, timeout=0.3, backoff_base=0.001
+        MODEL, api_key="k", base_url=api.base_url, timeout=0.75, backoff_base=0.001
     )
-    api.inject("slow", delay_s=5)
+    api.inject("slow", delay_s=30)  # woken when the server closes
     reply = await model.complete(req([NewMessage.user("hi")]))
     await model.aclose()
     assert reply.content == [TextBlock(text="ok")]

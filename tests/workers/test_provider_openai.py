@@ -227,8 +227,8 @@ async def test_persistent_server_errors_give_up(api: FakeChatAPI, model: OpenAIC
 
 
 async def test_timeout_is_retried(api: FakeChatAPI) -> None:
-    model = OpenAIChatModel("m", api.base_url, timeout=0.3, backoff_base=0.001)
-    api.inject("slow", delay_s=5)
+    model = OpenAIChatModel("m", api.base_url, timeout=0.75, backoff_base=0.001)
+    api.inject("slow", delay_s=30)  # woken when the server closes
     reply = await model.complete(req(NewMessage.user("go")))
     await model.aclose()
     assert reply.content == [TextBlock(text="ok")]

@@ -85,7 +85,15 @@ class BashTool(Tool[BashInput]):
             )
         except OSError as exc:
             return ToolOutput(f"bash: failed to start: {exc}", is_error=True)
-        run = _Run(proc, OutputBuffer(self.output_cap_bytes))
+        try:
+            run = _Run(proc, OutputBuffer(self.output_cap_bytes))
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+            raise
         try:
             timed_out = False
             try:
