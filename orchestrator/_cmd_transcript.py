@@ -14,9 +14,6 @@ from .cli import Output, command, run_command
 if TYPE_CHECKING:
     from store import Store
 
-RUN_NOT_BUILT = "running a fork needs the worker runtime (not built yet); use --no-run"
-
-
 # ----------------------------------------------------------------- export
 
 
@@ -151,7 +148,10 @@ def fork(
 
         spec = str(parse_model_spec(model))
     if not no_run:
-        raise CliError(RUN_NOT_BUILT)
+        from ._cmd_run import run_fork
+
+        run_fork(ctx, ref, message, model)
+        return
     extra = [NewMessage.user(message)] if message else []
 
     async def go(store: Store) -> Output:

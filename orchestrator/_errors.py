@@ -14,7 +14,6 @@ exceptions do); that wins. New error types join by adding a line here or by sett
 
 from __future__ import annotations
 
-import asyncio
 from typing import Final
 
 EXIT_OK: Final = 0
@@ -25,6 +24,8 @@ EXIT_PROVIDER: Final = 4
 EXIT_INTERRUPTED: Final = 130
 
 EXIT_CODES: Final[dict[str, int]] = {
+    "builtins.KeyboardInterrupt": EXIT_INTERRUPTED,
+    "asyncio.exceptions.CancelledError": EXIT_INTERRUPTED,
     # store (SPEC: bad ref syntax, bad input, refused operations → 2; unknown/ambiguous → 3)
     "store.errors.RefSyntaxError": EXIT_USAGE,
     "store.errors.ThreadNotFound": EXIT_NOT_FOUND,
@@ -55,8 +56,6 @@ class CliError(Exception):
 
 def exit_code_for(exc: BaseException) -> int:
     """The exit code SPEC §Command line gives ``exc``."""
-    if isinstance(exc, KeyboardInterrupt | asyncio.CancelledError):
-        return EXIT_INTERRUPTED
     code = getattr(exc, "exit_code", None)
     if isinstance(code, int) and not isinstance(code, bool):
         return code
@@ -70,7 +69,7 @@ def exit_code_for(exc: BaseException) -> int:
 def is_expected(exc: BaseException) -> bool:
     """Whether ``exc`` is an error the user caused or the world did (reported as one line),
     rather than a bug (reported with a hint to rerun with ``-v`` for the traceback)."""
-    if isinstance(exc, KeyboardInterrupt | asyncio.CancelledError | CliError):
+    if isinstance(exc, CliError):
         return True
     if isinstance(getattr(exc, "exit_code", None), int):
         return True
@@ -79,7 +78,7 @@ def is_expected(exc: BaseException) -> bool:
 
 def one_line(exc: BaseException) -> str:
     """The error's message on one line (what is wrong and where)."""
-    if isinstance(exc, KeyboardInterrupt | asyncio.CancelledError):
+    if exit_code_for(exc) == EXIT_INTERRUPTED:
         return "interrupted"
     text = " ".join(str(exc).split())
     if not is_expected(exc):

@@ -182,7 +182,7 @@ class AskThreadTool(Tool[AskThreadInput]):
         if kept:
             lines.append("citations checked: " + ", ".join(kept))
         if dropped:
-            lines.append("citations that did not resolve were removed: " + ", ".join(dropped))
+            lines.append(f"{len(dropped)} citation(s) that did not resolve were removed")
         return ToolOutput("\n".join(lines))
 
 

@@ -32,7 +32,6 @@ it as one line on stderr — plus ``{"error": {"code", "message"}}`` on stdout w
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import os
 import sys
@@ -144,6 +143,8 @@ async def open_store(app: AppContext, *, migrate: bool = True) -> Store:
 def run_async(ctx: click.Context, fn: Callable[[], Awaitable[Output]]) -> None:
     """Run a command's coroutine (no store opened for it), print its output, exit with its
     code. Errors propagate to the one handler in ``ThreadloomGroup.main``."""
+    import asyncio
+
     app = get_app(ctx)
     app.setup_logging()
     out = asyncio.run(_awaited(fn))

@@ -1,0 +1,232 @@
+"""Exit codes, one-line errors, ``--json`` errors, the plumbing, and a fast, SDK-free start."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from orchestrator._errors import EXIT_CODES, exit_code_for
+from orchestrator.cli import COMMANDS, Output, command, main, run_async, run_command
+from store import Status, Store
+from tests.orchestrator.test_cli_helpers import (
+    Sample,
+    assert_one_error_line,
+    build_sample,
+    clean_env,
+    invoke,
+    json_out,
+    run_cli,
+)
+
+
+@pytest.fixture
+async def sample(tmp_path: Path) -> Sample:
+    return await build_sample(tmp_path / "threads.db")
+
+
+# ----------------------------------------------------------------- through the real command
+
+
+def test_bad_refs_exit_2_or_3_with_one_line_and_json_errors(sample: Sample) -> None:
+    ambiguous = f"T-{sample.lead[:4]}"
+    cases = [
+        (["show", "T-x!"], 2, "bad ref 'T-x!'"),
+        (["show", "T-zzzz"], 3, "no thread matches T-zzzz"),
+        (["tree", ambiguous], 3, f"{ambiguous} is ambiguous: "),
+        (["--json", "show", ambiguous], 3, sample.ref("fork")),
+    ]
+    for args, code, needle in cases:
+        proc = run_cli(*args, db=sample.path)
+        assert proc.returncode == code, (args, proc.stderr)
+        line = assert_one_error_line(proc.stderr, needle)
+        if "--json" in args:
+            error = json.loads(proc.stdout)["error"]
+            assert error == {"code": code, "message": line.removeprefix("threadloom: error: ")}
+            assert all(
+                sample.ref(n) in error["message"] for n in ("lead", "worker", "fork", "other")
+            )
+        else:
+            assert proc.stdout == ""
+
+
+def test_a_database_directory_that_does_not_exist_is_one_line_exit_2(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "threads.db"
+    proc = run_cli("--json", "ls", db=missing)
+    assert proc.returncode == 2
+    assert_one_error_line(proc.stderr, "database directory does not exist", str(missing.parent))
+    assert json.loads(proc.stdout)["error"]["code"] == 2
+    assert not missing.parent.exists()
+
+
+def test_help_and_ls_do_not_import_the_anthropic_sdk(sample: Sample) -> None:
+    for args in (["--help"], ["ls"]):
+        cmd = [sys.executable, "-X", "importtime", "-m", "orchestrator", "--db", str(sample.path)]
+        done = subprocess.run(
+            [*cmd, *args], capture_output=True, text=True, env=clean_env(), timeout=60, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        imported = [ln.rsplit("|", 1)[-1].strip() for ln in done.stderr.splitlines() if "|" in ln]
+        assert "click" in imported
+        assert not [m for m in imported if m.split(".")[0] == "anthropic"], args
+    assert "Usage: threadloom [OPTIONS] COMMAND" in done.stdout or args == ["ls"]
+    assert "Usage: threadloom [OPTIONS] COMMAND" in run_cli("--help").stdout
+
+
+# ----------------------------------------------------------------- in-process
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["ls", "--status", "bogus"], "Invalid value for '--status'"),
+        (["ls", "--limit", "-1"], "Invalid value for '--limit'"),
+        (["ls", "--bogus"], "No such option '--bogus'"),
+        (["frobnicate"], "No such command 'frobnicate'"),
+        (["show"], "Missing argument 'REF'"),
+        (["export", "T-zzzz", "--format", "pdf"], "Invalid value for '--format'"),
+        (["search", "  "], "the query is empty"),
+        (["import", "/no/such/file.jsonl"], "cannot read /no/such/file.jsonl"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2_and_json_with_json(
+    sample: Sample, args: list[str], needle: str
+) -> None:
+    plain = invoke(*args, db=sample.path)
+    assert plain.exit_code == 2
+    assert plain.stdout == ""
+    assert_one_error_line(plain.stderr, needle)
+    as_json = invoke("--json", *args, db=sample.path)
+    assert as_json.exit_code == 2
+    assert json_out(as_json)["error"]["code"] == 2
+    assert needle in json_out(as_json)["error"]["message"]
+
+
+def test_json_may_follow_the_command(sample: Sample) -> None:
+    assert len(json_out(invoke("ls", "--json", db=sample.path))) == 4
+    missing = invoke("show", "T-zzzz", "--json", db=sample.path)
+    assert missing.exit_code == 3
+    assert json_out(missing) == {"error": {"code": 3, "message": "no thread matches T-zzzz"}}
+
+
+def test_a_ref_past_the_end_of_a_thread_is_not_found(sample: Sample) -> None:
+    result = invoke("show", sample.ref("worker") + "#7", db=sample.path)
+    assert result.exit_code == 3
+    assert_one_error_line(result.stderr, "the thread has 6 messages")
+
+
+def test_exit_codes_map_store_worker_and_interrupt_errors() -> None:
+    from store import errors as se
+    from workers import errors as we
+
+    assert exit_code_for(se.RefSyntaxError("x")) == 2
+    assert exit_code_for(se.ThreadNotFound("x")) == 3
+    assert exit_code_for(se.AmbiguousRef("x", [])) == 3
+    assert exit_code_for(se.ForkPointError("x")) == 2
+    assert exit_code_for(se.ImportFormatError("x", line=3)) == 2
+    assert exit_code_for(se.StatusError("x")) == 2
+    assert exit_code_for(se.DatabaseUnavailable("x")) == 2
+    assert exit_code_for(we.ProviderUnavailable("x")) == 4
+    assert exit_code_for(we.ModelSpecError("x")) == 2
+    assert exit_code_for(KeyboardInterrupt()) == 130
+    assert exit_code_for(RuntimeError("bug")) == 1
+    assert all(v in (1, 2, 3, 4, 130) for v in EXIT_CODES.values())
+
+
+@pytest.fixture
+def scratch_command() -> Iterator[list[BaseException | Output]]:
+    """A throwaway ``_probe`` command that raises or returns whatever the test puts first."""
+    plan: list[BaseException | Output] = []
+
+    @command("_probe")
+    @click.pass_context
+    def probe(ctx: click.Context) -> None:
+        async def go() -> Output:
+            item = plan[0]
+            if isinstance(item, BaseException):
+                raise item
+            return item
+
+        run_async(ctx, go)
+
+    main.add_command(probe)
+    try:
+        yield plan
+    finally:
+        main.commands.pop("_probe", None)
+
+
+def test_run_async_maps_errors_in_one_place(scratch_command: list[BaseException | Output]) -> None:
+    from workers.errors import ProviderUnavailable
+
+    runner = CliRunner()
+    for exc, code, message in [
+        (ProviderUnavailable("anthropic: 529 overloaded after 5 attempts"), 4, "529 overloaded"),
+        (KeyboardInterrupt(), 130, "interrupted"),
+        (ValueError("boom\nsecond line"), 1, "internal error: ValueError: boom second line"),
+    ]:
+        scratch_command[:] = [exc]
+        result = runner.invoke(main, ["--json", "_probe"])
+        assert result.exit_code == code
+        assert_one_error_line(result.stderr, message)
+        assert json.loads(result.stdout)["error"]["code"] == code
+    scratch_command[:] = [ValueError("boom")]
+    verbose = runner.invoke(main, ["-v", "_probe"])
+    assert "Traceback" in verbose.stderr
+    assert verbose.stderr.rstrip().endswith(
+        "threadloom: error: internal error: ValueError: boom (run with -v for the traceback)"
+    )
+
+
+def test_output_exit_code_and_text_or_json(scratch_command: list[BaseException | Output]) -> None:
+    runner = CliRunner()
+    scratch_command[:] = [Output({"status": "failed"}, "it failed\n", exit_code=1)]
+    text = runner.invoke(main, ["_probe"])
+    assert (text.exit_code, text.stdout) == (1, "it failed\n")
+    as_json = runner.invoke(main, ["--json", "_probe"])
+    assert (as_json.exit_code, json.loads(as_json.stdout)) == (1, {"status": "failed"})
+
+
+def test_every_registered_command_loads_and_has_help() -> None:
+    runner = CliRunner()
+    for name in COMMANDS:
+        result = runner.invoke(main, [name, "--help"])
+        assert result.exit_code == 0, (name, result.output)
+        assert f"Usage: threadloom {name}" in result.stdout
+
+
+async def test_run_command_opens_the_database_it_is_given(tmp_path: Path) -> None:
+    db = tmp_path / "threads.db"
+    store = await Store.open(str(db))
+    try:
+        await store.create_thread(kind="worker", title="t", status=Status.IDLE)
+    finally:
+        await store.close()
+    seen: list[str] = []
+
+    @command("_count")
+    @click.pass_context
+    def count(ctx: click.Context) -> None:
+        async def go(s: Store) -> Output:
+            seen.append(s.db.display)
+            return Output(len(await s.list_threads()), "")
+
+        run_command(ctx, go)
+
+    main.add_command(count)
+    try:
+        import asyncio
+
+        result = await asyncio.to_thread(
+            CliRunner().invoke, main, ["--json", "--db", str(db), "_count"]
+        )
+    finally:
+        main.commands.pop("_count", None)
+    assert (result.exit_code, result.stdout.strip()) == (0, "1")
+    assert seen == [str(db)]
