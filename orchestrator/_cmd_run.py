@@ -84,10 +84,16 @@ async def _orchestrate(
         raise
     finally:
         await store.close()
+    code = exit_code(outcome)
+    data = outcome.to_json()
+    if code and outcome.error:
+        # the run's document, with its error in SPEC's error shape; and the one-line error
+        data["error"] = {"code": code, "message": outcome.error}
+        sys.stderr.write(
+            f"threadloom: error: {outcome.ref} ended {outcome.status}: {outcome.error}\n"
+        )
     return Output(
-        outcome.to_json(),
-        text=render(outcome, hints=hints(outcome) if hints else None),
-        exit_code=exit_code(outcome),
+        data, text=render(outcome, hints=hints(outcome) if hints else None), exit_code=code
     )
 
 

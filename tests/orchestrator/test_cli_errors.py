@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -38,9 +39,7 @@ def test_bad_refs_exit_2_or_3_with_one_line_and_json_errors(sample: Sample) -> N
     ambiguous = f"T-{sample.lead[:4]}"
     cases = [
         (["show", "T-x!"], 2, "bad ref 'T-x!'"),
-        (["show", "T-zzzz"], 3, "no thread matches T-zzzz"),
-        (["tree", ambiguous], 3, f"{ambiguous} is ambiguous: "),
-        (["--json", "show", ambiguous], 3, sample.ref("fork")),
+        (["--json", "tree", ambiguous], 3, f"{ambiguous} is ambiguous: "),
     ]
     for args, code, needle in cases:
         proc = run_cli(*args, db=sample.path)
@@ -56,6 +55,17 @@ def test_bad_refs_exit_2_or_3_with_one_line_and_json_errors(sample: Sample) -> N
             assert proc.stdout == ""
 
 
+def test_unknown_and_ambiguous_prefixes_exit_3_listing_candidates(sample: Sample) -> None:
+    unknown = invoke("show", "T-zzzz", db=sample.path)
+    assert (unknown.exit_code, unknown.stdout) == (3, "")
+    assert_one_error_line(unknown.stderr, "no thread matches T-zzzz")
+    ambiguous = invoke("--json", "ls", "--job", f"T-{sample.lead[:4]}", db=sample.path)
+    assert ambiguous.exit_code == 3
+    message = assert_one_error_line(ambiguous.stderr, "is ambiguous: ")
+    assert json_out(ambiguous)["error"]["message"] == message.removeprefix("threadloom: error: ")
+    assert all(sample.ref(n) in message for n in ("lead", "worker", "fork", "other"))
+
+
 def test_a_database_directory_that_does_not_exist_is_one_line_exit_2(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere" / "threads.db"
     proc = run_cli("--json", "ls", db=missing)
@@ -66,17 +76,28 @@ def test_a_database_directory_that_does_not_exist_is_one_line_exit_2(tmp_path: P
 
 
 def test_help_and_ls_do_not_import_the_anthropic_sdk(sample: Sample) -> None:
-    for args in (["--help"], ["ls"]):
-        cmd = [sys.executable, "-X", "importtime", "-m", "orchestrator", "--db", str(sample.path)]
+    script = shutil.which("threadloom", path=str(Path(sys.executable).parent))
+    assert script is not None, "the console script is installed"
+    runs = {
+        "help": [script, "--help"],  # the console script itself
+        "ls": ["-m", "orchestrator", "--db", str(sample.path), "ls"],
+    }
+    for name, args in runs.items():
         done = subprocess.run(
-            [*cmd, *args], capture_output=True, text=True, env=clean_env(), timeout=60, check=False
+            [sys.executable, "-X", "importtime", *args],
+            capture_output=True,
+            text=True,
+            env=clean_env(),
+            timeout=60,
+            check=False,
         )
         assert done.returncode == 0, done.stderr
         imported = [ln.rsplit("|", 1)[-1].strip() for ln in done.stderr.splitlines() if "|" in ln]
         assert "click" in imported
-        assert not [m for m in imported if m.split(".")[0] == "anthropic"], args
-    assert "Usage: threadloom [OPTIONS] COMMAND" in done.stdout or args == ["ls"]
-    assert "Usage: threadloom [OPTIONS] COMMAND" in run_cli("--help").stdout
+        assert not [m for m in imported if m.split(".")[0] == "anthropic"], name
+        if name == "help":
+            assert done.stdout.startswith("Usage: threadloom [OPTIONS] COMMAND [ARGS]...")
+            assert "store" not in imported  # --help does not even load the store
 
 
 # ----------------------------------------------------------------- in-process

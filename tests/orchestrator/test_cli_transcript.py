@@ -133,28 +133,38 @@ def test_parse_transcript_names_the_bad_line_and_what_is_wrong(
 # ----------------------------------------------------------------- import
 
 
+def test_import_of_a_bad_line_through_the_real_command_exits_2_naming_it(tmp_path: Path) -> None:
+    src = tmp_path / "t.jsonl"
+    src.write_text(jsonl(USER, CALL, ANSWER) + "{oops\n")
+    db = tmp_path / "threads.db"
+    proc = run_cli("import", str(src), db=db)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert_one_error_line(proc.stderr, f"{src}:4: bad JSON")
+    assert asyncio.run(thread_count(db)) == 0
+
+
 @pytest.mark.parametrize(
     ("lines", "line"),
     [
-        ([USER, CALL, ANSWER, "{oops"], 4),
         ([USER, {"role": "tool", "content": "x"}], 2),
         ([USER, CALL, {"role": "assistant", "content": "hm"}], 3),
         ([USER, {"role": "assistant", "content": "hi"}, ANSWER], 3),
     ],
-    ids=["bad-json", "wrong-role", "tool-use-then-text", "result-without-use"],
+    ids=["wrong-role", "tool-use-then-text", "result-without-use"],
 )
 def test_import_of_a_bad_line_exits_2_naming_the_line_and_stores_nothing(
     tmp_path: Path, lines: list[object], line: int
 ) -> None:
     src = tmp_path / "t.jsonl"
-    src.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    src.write_text(jsonl(*lines))
     db = tmp_path / "threads.db"
-    proc = run_cli("import", str(src), db=db)
-    assert proc.returncode == 2
-    assert proc.stdout == ""
-    assert_one_error_line(proc.stderr, f"t.jsonl:{line}: ")
-    if db.exists():
-        assert asyncio.run(thread_count(db)) == 0
+    result = invoke("import", str(src), db=db)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert_one_error_line(result.stderr, f"t.jsonl:{line}: ")
+    as_json = invoke("--json", "import", str(src), db=db)
+    assert json_out(as_json)["error"]["code"] == 2
+    assert f"t.jsonl:{line}: " in json_out(as_json)["error"]["message"]
+    assert asyncio.run(thread_count(db)) == 0
 
 
 def test_import_creates_an_idle_worker_thread_with_every_message(tmp_path: Path) -> None:

@@ -7,9 +7,11 @@ to each (the interpreter start-up, the slow part, is paid once per process, not 
 Commands:
 - ``{"op": "open", "url": U}`` → opens (and so migrates) the store at U, answers
   ``{"ok": true, "revision": R}`` or ``{"ok": false, "error": "Type: message"}``.
-- ``{"op": "write", "url": U, "writers": W, "appends": N, "readers": R}`` → W tasks each create
-  a thread and append N messages to it one by one, while R tasks keep reading; answers
-  ``{"ok": true, "threads": {id: N}, "errors": [...], "reads": n}``.
+- ``{"op": "write", "url": U, "writers": W, "appends": N, "readers": R, "pause": P}`` → W tasks
+  each create a thread and append N messages to it one by one, reading the thread's recent
+  history back after each append (as a worker loop does before its next model call), while R
+  tasks keep listing threads and reading their tails, pausing P seconds between rounds (a
+  monitor refreshing); answers ``{"ok": true, "threads": {id: N}, "errors": [...], "reads": n}``.
 - ``{"op": "quit"}``.
 """
 
@@ -45,7 +47,9 @@ async def _open(url: str) -> dict[str, Any]:
         await store.close()
 
 
-async def _write(url: str, writers: int, appends: int, readers: int) -> dict[str, Any]:
+async def _write(
+    url: str, writers: int, appends: int, readers: int, pause: float
+) -> dict[str, Any]:
     store = await Store.open(url)
     errors: list[str] = []
     counts: dict[str, int] = {}
@@ -60,6 +64,7 @@ async def _write(url: str, writers: int, appends: int, readers: int) -> dict[str
                 role = "user" if n % 2 == 0 else "assistant"
                 await store.append(t.id, NewMessage(role=role, content=f"{t.id} message {n + 1}"))
                 counts[t.id] += 1
+                await store.messages(t.id, start=max(1, n - 2))
         except Exception as err:
             errors.append(_error(err))
 
@@ -70,7 +75,7 @@ async def _write(url: str, writers: int, appends: int, readers: int) -> dict[str
                 for t in await store.list_threads(limit=5):
                     await store.messages(t.id, start=max(1, t.head_seq - 3))
                     reads += 1
-                await asyncio.sleep(0)
+                await asyncio.sleep(pause)
         except Exception as err:
             errors.append(_error(err))
 
@@ -92,7 +97,7 @@ def main() -> None:
             answer = asyncio.run(_open(cmd["url"]))
         elif cmd["op"] == "write":
             answer = asyncio.run(
-                _write(cmd["url"], cmd["writers"], cmd["appends"], cmd["readers"])
+                _write(cmd["url"], cmd["writers"], cmd["appends"], cmd["readers"], cmd["pause"])
             )
         else:
             answer = {"ok": False, "error": f"unknown op {cmd['op']!r}"}

@@ -59,7 +59,14 @@ async def test_32_writers_and_concurrent_readers_in_one_process_all_succeed(
 async def test_4_processes_of_8_writers_each_on_one_database_all_succeed(
     store: Store, db_url: str, procs: Procs
 ) -> None:
-    cmd = {"op": "write", "url": db_url, "writers": 8, "appends": APPENDS, "readers": 2}
+    cmd = {
+        "op": "write",
+        "url": db_url,
+        "writers": 8,
+        "appends": APPENDS,
+        "readers": 2,
+        "pause": 0.005,
+    }
     answers = await asyncio.to_thread(procs.broadcast, cmd)
     errors = [e for a in answers for e in a["errors"]]
     assert errors == []  # in particular, no "database is locked"
