@@ -205,9 +205,11 @@ def run_fork(ctx: click.Context, ref: str, message: str | None, model: str | Non
         _check_spec(model)
 
     async def go(orch: Orchestrator) -> JobOutcome:
+        from ._api import JobOutcome
+
         out = await orch.fork(ref, message, model=model, run=True)
-        assert not hasattr(out, "kind")
-        return out  # type: ignore[return-value]
+        assert isinstance(out, JobOutcome)
+        return out
 
     run_async(ctx, lambda: _orchestrate(app, go))
 
