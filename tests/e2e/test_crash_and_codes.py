@@ -193,6 +193,12 @@ def test_the_anthropic_path_end_to_end_on_the_fake_messages_api(env: Env) -> Non
     assert (env.ws / "a.txt").read_text() == "a\n"
     assert len(requests) == 5  # lead's report + two turns for each worker
     assert all(sum(json.dumps(r).count('"cache_control"') for r in [req]) <= 4 for req in requests)
+    # the key reached the SDK, and nothing else: not the database, not a log, not the output
+    key = b"sk-ant-test"
+    assert all(
+        key not in f.read_bytes() for f in env.root.rglob("*") if f.is_file() and f.suffix != ".py"
+    )
+    assert "sk-ant-test" not in res.stdout + res.stderr
     stats = env.run("--json", "stats", res.json["lead"]).json
     assert (
         stats["total"]["usage"]["input_tokens"] + stats["total"]["usage"]["cache_read_input_tokens"]
