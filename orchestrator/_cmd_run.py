@@ -69,8 +69,11 @@ async def _orchestrate(
 ) -> Output:
     from ._api import Orchestrator
     from ._progress import Progress
+    from .logging import set_job_log_dir
 
     store = await open_store(app)
+    db_file = store.db.path
+    set_job_log_dir((db_file.parent if db_file else Path.cwd() / ".threadloom") / "logs")
     progress = Progress(live=None if not app.json else False)
     orch = Orchestrator(store, on_event=progress.on_event, env=env)
     try:
@@ -83,6 +86,7 @@ async def _orchestrate(
         )
         raise
     finally:
+        set_job_log_dir(None)
         await store.close()
     code = exit_code(outcome)
     data = outcome.to_json()

@@ -118,13 +118,20 @@ def get_app(ctx: click.Context) -> AppContext:
 def emit(app: AppContext, out: Output, *, stream: Any = None) -> None:
     """Print a command's output: JSON with ``--json``, text otherwise."""
     stdout = sys.stdout if stream is None else stream
-    if app.json:
-        stdout.write(dumps(out.data) + "\n")
-    elif isinstance(out.text, str):
-        stdout.write(out.text)
-    elif out.text is not None:
-        out.text(Printer(stdout))
-    stdout.flush()
+    try:
+        if app.json:
+            stdout.write(dumps(out.data) + "\n")
+        elif isinstance(out.text, str):
+            stdout.write(out.text)
+        elif out.text is not None:
+            out.text(Printer(stdout))
+        stdout.flush()
+    except BrokenPipeError:  # the reader had enough (``threadloom show … | head``)
+        _silence_stdout()
+    except OSError as err:
+        from ._errors import EXIT_FAILED, CliError
+
+        raise CliError(f"cannot write the output: {err.strerror or err}", EXIT_FAILED) from err
 
 
 async def open_store(app: AppContext, *, migrate: bool = True) -> Store:
@@ -248,8 +255,14 @@ def report_error(exc: BaseException, argv: Sequence[str] = ()) -> int:
     app = _CURRENT.get()
     json_mode = (app.json if app else False) or "--json" in argv
     verbose = (app.verbose if app else 0) or any(a in ("-v", "-vv", "--verbose") for a in argv)
+    no_args = getattr(click.exceptions, "NoArgsIsHelpError", ())
+    if isinstance(exc, no_args) and not json_mode:  # bare ``threadloom``: the help, exit 2
+        sys.stdout.write(exc.format_message() + "\n")
+        return EXIT_USAGE
     if isinstance(exc, click.Abort):  # click's wrapper around Ctrl-C
         code, message = EXIT_INTERRUPTED, "interrupted"
+    elif isinstance(exc, no_args):
+        code, message = EXIT_USAGE, f"no command given (see '{PROG} --help')"
     elif isinstance(exc, click.UsageError):
         code = EXIT_USAGE
         message = " ".join(exc.format_message().split()).rstrip(".")
@@ -261,6 +274,7 @@ def report_error(exc: BaseException, argv: Sequence[str] = ()) -> int:
         code, message = exit_code_for(exc), one_line(exc)
     if verbose and not isinstance(exc, click.UsageError | click.Abort):
         traceback.print_exception(exc, file=sys.stderr)
+        message = message.removesuffix(" (run with -v for the traceback)")
     try:
         if json_mode:
             sys.stdout.write(dumps({"error": {"code": code, "message": message}}) + "\n")

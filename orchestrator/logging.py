@@ -2,16 +2,25 @@
 
 Logs go to stderr — stdout is reserved for command output — human-readable by default, as JSON
 lines with ``json_lines=True`` (``threadloom --log-json``). The level is WARNING, INFO with one
-``-v``, DEBUG with two. Events are dotted past-tense names with fields
-(``log.info("thread.imported", thread=ref, messages=12)``); prompt bodies never above DEBUG.
-Standard-library loggers (alembic, …) are rendered by the same processors.
+``-v``, DEBUG with two (for our events; other libraries' loggers stop at INFO). Events are dotted
+past-tense names with fields (``log.info("thread.imported", thread=ref, messages=12)``); prompt
+bodies never above DEBUG. Standard-library loggers (alembic, …) go through the same renderer.
+
+Job logs: once ``set_job_log_dir(dir)`` is called (``threadloom run``/``resume``/``fork``/``demo``
+do, with ``.threadloom/logs`` beside the database), every event carrying a ``job`` (bound with
+contextvars at the top of each thread's run) is also appended, at INFO and above whatever the
+console level, as one JSON line to ``<dir>/<job ref>.jsonl``.
 """
 
 from __future__ import annotations
 
+import io
+import json
 import logging
+import os
 import sys
-from typing import Any, TextIO
+from pathlib import Path
+from typing import Any, TextIO, cast
 
 import structlog
 
@@ -31,13 +40,15 @@ def configure_logging(
 ) -> None:
     """Configure structlog and the standard library's root logger. Calling it again replaces
     the previous configuration (so tests can run several commands in one process)."""
-    out = sys.stderr if stream is None else stream
+    out = cast(TextIO, _CurrentStderr()) if stream is None else stream
     level = level_for(int(verbose))
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
+    shared.append(_JOB_LOG)
+    _JOB_LOG.console_level = level
     renderer: Any
     if json_lines:
         renderer = structlog.processors.JSONRenderer()
@@ -46,7 +57,9 @@ def configure_logging(
         renderer = structlog.dev.ConsoleRenderer(colors=_isatty(out))
     structlog.configure(
         processors=[*shared, renderer],
-        wrapper_class=structlog.make_filtering_bound_logger(level),
+        # INFO always reaches the processors (for the job logs); _JobLog drops what the console
+        # should not show
+        wrapper_class=structlog.make_filtering_bound_logger(min(level, logging.INFO)),
         logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=False,
     )
@@ -56,18 +69,83 @@ def configure_logging(
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
-            foreign_pre_chain=[*shared[1:], structlog.stdlib.add_logger_name],
+            foreign_pre_chain=[*shared[1:-1], structlog.stdlib.add_logger_name],
         )
     )
     root = logging.getLogger()
     for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
         root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(level)
+    # other libraries' DEBUG chatter (aiosqlite logs every call) stays out even with -vv
+    root.setLevel(max(level, logging.INFO))
 
 
 def get_logger(name: str | None = None) -> Any:
     return structlog.get_logger(name)
+
+
+class _JobLog:
+    """A structlog processor: tees job events to their JSON-lines file, then drops events below
+    the console level."""
+
+    def __init__(self) -> None:
+        self.directory: Path | None = None
+        self.console_level = logging.WARNING
+        self._files: dict[str, TextIO] = {}
+
+    def __call__(self, _logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+        job = event.get("job")
+        if self.directory is not None and isinstance(job, str) and job.startswith("T-"):
+            self._write(job, event)
+        if logging.getLevelNamesMapping().get(method.upper(), logging.INFO) < self.console_level:
+            raise structlog.DropEvent
+        return event
+
+    def _write(self, job: str, event: dict[str, Any]) -> None:
+        try:
+            fh = self._files.get(job)
+            if fh is None:
+                assert self.directory is not None
+                self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+                path = self.directory / f"{job}.jsonl"
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                fh = self._files[job] = os.fdopen(fd, "a", encoding="utf-8")
+            fh.write(json.dumps(event, default=str, ensure_ascii=False) + "\n")
+            fh.flush()
+        except OSError:
+            pass  # a log that cannot be written never stops a job
+
+    def close(self) -> None:
+        for fh in self._files.values():
+            try:
+                fh.close()
+            except OSError:
+                pass
+        self._files.clear()
+
+
+_JOB_LOG = _JobLog()
+
+
+def set_job_log_dir(directory: Path | None) -> None:
+    """Where per-job JSON-lines logs go (None: nowhere)."""
+    _JOB_LOG.close()
+    _JOB_LOG.directory = directory
+
+
+class _CurrentStderr(io.TextIOBase):
+    """Whatever ``sys.stderr`` is at the time of each write: a test runner (or an embedding
+    app) may swap it after logging was configured, and a log line must never hit a closed
+    stream."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return _isatty(sys.stderr)
 
 
 def _isatty(stream: TextIO) -> bool:

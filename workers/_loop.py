@@ -259,7 +259,9 @@ async def run_thread(
         log.warning("lease.taken_over", thread=info.ref, dead_owner=held.owner)
         await store.acquire_lease(thread_id, me, ttl_s=cfg.lease_ttl_s, replace=held.owner)
     renewer = asyncio.create_task(_renew(store, thread_id, me, cfg.lease_ttl_s))
-    bound = structlog.contextvars.bound_contextvars(thread=info.ref, job=format_ref(info.job_id))
+    bound = structlog.contextvars.bound_contextvars(
+        thread=info.ref, job=format_ref(info.job_id), task=run.task_key
+    )
     bound.__enter__()
     try:
         await store.set_status(thread_id, Status.RUNNING)

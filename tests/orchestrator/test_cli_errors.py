@@ -19,17 +19,17 @@ from store import Status, Store
 from tests.orchestrator.test_cli_helpers import (
     Sample,
     assert_one_error_line,
-    build_sample,
     clean_env,
     invoke,
     json_out,
     run_cli,
+    sample_copy,
 )
 
 
 @pytest.fixture
-async def sample(tmp_path: Path) -> Sample:
-    return await build_sample(tmp_path / "threads.db")
+def sample(tmp_path: Path) -> Sample:
+    return sample_copy(tmp_path)
 
 
 # ----------------------------------------------------------------- through the real command
@@ -200,9 +200,7 @@ def test_run_async_maps_errors_in_one_place(scratch_command: list[BaseException 
     scratch_command[:] = [ValueError("boom")]
     verbose = runner.invoke(main, ["-v", "_probe"])
     assert "Traceback" in verbose.stderr
-    assert verbose.stderr.rstrip().endswith(
-        "threadloom: error: internal error: ValueError: boom (run with -v for the traceback)"
-    )
+    assert verbose.stderr.rstrip().endswith("\nthreadloom: error: internal error: ValueError: boom")
 
 
 def test_output_exit_code_and_text_or_json(scratch_command: list[BaseException | Output]) -> None:
@@ -251,3 +249,25 @@ async def test_run_command_opens_the_database_it_is_given(tmp_path: Path) -> Non
         main.commands.pop("_count", None)
     assert (result.exit_code, result.stdout.strip()) == (0, "1")
     assert seen == [str(db)]
+
+
+def test_log_json_writes_dotted_events_as_json_lines_on_stderr_only(tmp_path: Path) -> None:
+    src = tmp_path / "t.jsonl"
+    src.write_text('{"role": "user", "content": "hi"}\n')
+    result = invoke("-v", "--log-json", "--json", "import", str(src), db=tmp_path / "threads.db")
+    assert result.exit_code == 0, result.stderr
+    assert json_out(result)["messages"] == 1  # stdout holds the command's output only
+    events = [json.loads(line) for line in result.stderr.splitlines()]
+    imported = [e for e in events if e["event"] == "thread.imported"]
+    assert imported and imported[0]["level"] == "info" and imported[0]["messages"] == 1
+    quiet = invoke("import", str(src), db=tmp_path / "threads.db")
+    assert quiet.stderr == ""  # WARNING and above only by default
+
+
+def test_no_command_prints_the_help_and_exits_2() -> None:
+    bare = CliRunner().invoke(main, [])
+    assert bare.exit_code == 2
+    assert bare.stdout.startswith("Usage: threadloom [OPTIONS] COMMAND [ARGS]...")
+    as_json = CliRunner().invoke(main, ["--json"])
+    assert as_json.exit_code == 2
+    assert json.loads(as_json.stdout)["error"]["code"] == 2

@@ -12,10 +12,10 @@ import pytest
 from tests.orchestrator.test_cli_helpers import (
     BIG_OUTPUT,
     Sample,
-    build_sample,
     invoke,
     json_out,
     run_cli,
+    sample_copy,
 )
 
 USAGE_KEYS = {
@@ -27,8 +27,8 @@ USAGE_KEYS = {
 
 
 @pytest.fixture
-async def sample(tmp_path: Path) -> Sample:
-    return await build_sample(tmp_path / "threads.db")
+def sample(tmp_path: Path) -> Sample:
+    return sample_copy(tmp_path)
 
 
 # ----------------------------------------------------------------- ls

@@ -22,16 +22,16 @@ from tests.orchestrator.test_cli_helpers import (
     BIG_OUTPUT,
     Sample,
     assert_one_error_line,
-    build_sample,
     invoke,
     json_out,
     run_cli,
+    sample_copy,
 )
 
 
 @pytest.fixture
-async def sample(tmp_path: Path) -> Sample:
-    return await build_sample(tmp_path / "threads.db")
+def sample(tmp_path: Path) -> Sample:
+    return sample_copy(tmp_path)
 
 
 def jsonl(*objs: object) -> str:

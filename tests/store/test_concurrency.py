@@ -13,6 +13,7 @@ from .helpers import Procs
 
 WRITERS = 32
 APPENDS = 20
+PROC_APPENDS = 12
 
 
 async def _check_threads(store: Store, counts: dict[str, int]) -> None:
@@ -59,13 +60,15 @@ async def test_32_writers_and_concurrent_readers_in_one_process_all_succeed(
 async def test_4_processes_of_8_writers_each_on_one_database_all_succeed(
     store: Store, db_url: str, procs: Procs
 ) -> None:
+    # each writer reads its thread back after every append (as a worker loop does) and one
+    # monitor per process keeps listing threads and reading their tails
     cmd = {
         "op": "write",
         "url": db_url,
         "writers": 8,
-        "appends": APPENDS,
-        "readers": 2,
-        "pause": 0.005,
+        "appends": PROC_APPENDS,
+        "readers": 1,
+        "pause": 0.05,
     }
     answers = await asyncio.to_thread(procs.broadcast, cmd)
     errors = [e for a in answers for e in a["errors"]]
@@ -74,7 +77,7 @@ async def test_4_processes_of_8_writers_each_on_one_database_all_succeed(
     for a in answers:
         assert a["ok"] and a["reads"] > 0
         counts.update(a["threads"])
-    assert len(counts) == 32 and set(counts.values()) == {APPENDS}
+    assert len(counts) == 32 and set(counts.values()) == {PROC_APPENDS}
     await _check_threads(store, counts)
     assert len(await store.list_threads()) == 32
 
