@@ -168,6 +168,7 @@ class _Run:
     task_key: str | None
     message: str | None = None
     title: str = ""
+    after_tools: Callable[[int], Awaitable[None]] | None = None
     history: list[Message] = field(default_factory=list)
     turns: int = 0
     usage: Usage = field(default_factory=Usage)
@@ -207,9 +208,12 @@ async def run_thread(
     owner: str | None = None,
     env: dict[str, str] | None = None,
     message: str | None = None,
+    after_tools: Callable[[int], Awaitable[None]] | None = None,
 ) -> RunOutcome:
     """Run a thread from its stored history until it ends; return how it ended.
 
+    ``after_tools``, if given, is awaited with the seq of each stored tool-results message (the
+    orchestrator checkpoints the workspace there); its failure is logged, never fatal.
     ``message``, if given, is appended as the user's next message once the run owns the thread
     (after any unanswered tool calls of a crashed run have been answered).
     The thread's system prompt and tool names come from the thread itself (``tools`` supplies the
@@ -250,6 +254,7 @@ async def run_thread(
         task_key=(info.task or {}).get("id") if info.task else None,
         message=message,
         title=info.title,
+        after_tools=after_tools,
     )
     try:
         await store.acquire_lease(thread_id, me, ttl_s=cfg.lease_ttl_s)
@@ -430,6 +435,13 @@ async def _after_turn(
         return await _finish(run, Status.DONE)
     outputs = await _run_tools(run, uses)
     await _answer(run, uses, outputs)
+    if run.after_tools is not None:
+        try:
+            await run.after_tools(run.history[-1].seq)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("after_tools.failed", seq=run.history[-1].seq)
     if run.result is not None:
         return await _finish(run, Status.DONE)
     if run.invalid_submissions > run.config.max_invalid_submissions:
