@@ -22,7 +22,6 @@ import structlog
 from store import (
     Kind,
     NewMessage,
-    Result,
     Status,
     Store,
     TextBlock,
@@ -33,6 +32,7 @@ from store import (
 )
 from workers import (
     ORCHESTRATOR_TOOL_ID_PREFIX,
+    SUBMIT_RESULT,
     BudgetExhausted,
     LoopConfig,
     LoopEvent,
@@ -45,6 +45,7 @@ from workers import (
     worker_system_prompt,
 )
 from workers.providers import parse_model_spec
+from workers.tools import SandboxSettings, require_sandbox
 
 from ._jobfile import JobSpec, TaskSpec
 from ._prompts import lead_system_prompt, reader_system_prompt
@@ -60,7 +61,6 @@ LEAD_TOOLS = (
     "fork_thread",
 )
 READER_TOOLS = ("read_thread",)
-SUBMIT_RESULT = "submit_result"
 
 
 def task_message(task_id: str, title: str, prompt: str) -> str:
@@ -97,6 +97,7 @@ class JobRuntime:
     spawned: list[str] = field(default_factory=list)
     _models: dict[str, Model] = field(default_factory=dict)
     _sem: asyncio.Semaphore | None = None
+    _sandbox: SandboxSettings | None = None
 
     @property
     def semaphore(self) -> asyncio.Semaphore:
@@ -136,11 +137,51 @@ class JobRuntime:
 
     # ------------------------------------------------------------------ running threads
 
+    def sandbox(self) -> SandboxSettings:
+        """The workers' bash sandbox, decided once per job run: ``required`` without a working
+        bubblewrap raises ``SandboxUnavailable`` (exit 2) before anything runs; ``auto`` without
+        it falls back to the plain runner and says so once (a warning, in the job log too)."""
+        if self._sandbox is None:
+            mode = self.job.worker_sandbox
+            if mode == "none":
+                self._sandbox = SandboxSettings(mode="none")
+                return self._sandbox
+            status = require_sandbox(mode)
+            job = format_ref(self.lead_id)
+            if status.available:
+                log.info("sandbox.enabled", job=job, network=self.job.network)
+            else:
+                log.warning(
+                    "sandbox.unavailable",
+                    job=job,
+                    reason=status.reason,
+                    fallback="bash runs without the sandbox (process-group runner)",
+                    hint='apt-get install bubblewrap, or set sandbox = "none" to silence this',
+                )
+            self._sandbox = SandboxSettings(
+                mode=mode, network=self.job.network, hidden=tuple(self._hidden_paths())
+            )
+        return self._sandbox
+
+    def _hidden_paths(self) -> list[Path]:
+        """The database and the job logs, unreadable from sandboxed commands: their directory,
+        or the files themselves when that directory holds the workspace."""
+        db = self.store.db.path
+        if db is None:
+            return []
+        folder = db.parent.resolve()
+        workspace = self.job.workspace_path
+        if workspace == folder or workspace.is_relative_to(folder):
+            names = [db.name, f"{db.name}-wal", f"{db.name}-shm", f"{db.name}-journal", "logs"]
+            return [folder / n for n in names]
+        return [folder]
+
     async def run(
         self, info: ThreadInfo, *, model_spec: str | None = None, message: str | None = None
     ) -> RunOutcome:
         """Run (or continue) any thread of this job with the tools, model and limits its kind
         and stored task call for."""
+        sandbox = self.sandbox()
         spec = model_spec or info.model or self.job.lead_model
         task = info.task or {}
         if info.kind == Kind.LEAD:
@@ -174,6 +215,7 @@ class JobRuntime:
             resolve_task_ref=self.task_ref,
             message=message,
             env=self.env,
+            sandbox=sandbox if info.kind == Kind.WORKER else None,
         )
 
     async def run_worker(
@@ -319,7 +361,3 @@ def job_of(lead: ThreadInfo) -> JobSpec:
     if not isinstance(data, dict):
         raise ValueError(f"{lead.ref} carries no job spec")
     return JobSpec.model_validate(data)
-
-
-def result_of(outcome: RunOutcome) -> Result | None:
-    return outcome.result
