@@ -36,7 +36,7 @@ from ._models import (
     UsageRecord,
 )
 from ._rows import MESSAGE_COLUMNS, THREAD_COLUMNS, message_from_row, thread_from_row
-from ._tables import dispatches, messages, threads, usage
+from ._tables import checkpoints, dispatches, messages, threads, usage
 from .errors import (
     AmbiguousRef,
     ForkPointError,
@@ -165,36 +165,55 @@ class Store:
         """A new thread (a root of its own job unless ``job_id``/``parent_id`` say otherwise),
         with ``messages`` appended in the same transaction."""
         tid = thread_id or new_id()
-        pending = check_append((), 0, messages)
+        check_append((), 0, messages)  # refuse bad messages before touching the database
         now = utcnow()
 
         async def fn(conn: AsyncConnection) -> ThreadInfo:
             job = job_id
             if job is None and parent_id is not None:
                 job = await self._job_of(conn, parent_id)
-            await conn.execute(
-                threads.insert().values(
-                    id=tid,
-                    kind=str(Kind(kind)),
-                    title=title,
-                    status=str(status),
-                    parent_id=parent_id,
-                    job_id=job or tid,
-                    task=task,
-                    system_prompt=system_prompt,
-                    tools=list(tools),
-                    model=model,
-                    version=1,
-                    head_seq=len(messages),
-                    pending_tool_ids=list(pending),
-                    created_at=now,
-                    updated_at=now,
-                )
+            await self._insert_thread(
+                conn,
+                now,
+                messages,
+                id=tid,
+                kind=str(Kind(kind)),
+                title=title,
+                status=str(status),
+                parent_id=parent_id,
+                job_id=job or tid,
+                task=task,
+                system_prompt=system_prompt,
+                tools=list(tools),
+                model=model,
             )
-            await self._insert_messages(conn, tid, 1, messages, now)
             return await self._thread(conn, tid)
 
         return await self._write(fn, where="creating a thread")
+
+    async def _insert_thread(
+        self,
+        conn: AsyncConnection,
+        now: Any,
+        messages: Sequence[NewMessage],
+        *,
+        after_seq: int = 0,
+        **values: Any,
+    ) -> None:
+        """One thread row (its history starting after ``after_seq``: a fork's point) and its
+        first ``messages``, validated against the pairing invariant before anything is written."""
+        pending = check_append((), after_seq, messages)
+        await conn.execute(
+            threads.insert().values(
+                **values,
+                version=1,
+                head_seq=after_seq + len(messages),
+                pending_tool_ids=list(pending),
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        await self._insert_messages(conn, values["id"], after_seq + 1, messages, now)
 
     async def _job_of(self, conn: AsyncConnection, thread_id: str) -> str:
         row = (
@@ -533,31 +552,26 @@ class Store:
                     f"cannot fork {src.ref} at #{point}: message {point} has tool calls whose"
                     f" results are in #{point + 1}{hint}"
                 )
-            pending = check_append((), point, messages) if messages else ()
-            await conn.execute(
-                threads.insert().values(
-                    id=tid,
-                    kind=str(src.kind),
-                    title=title
-                    if title is not None
-                    else (f"fork of {src.title}" if src.title else "fork"),
-                    status=str(status),
-                    parent_id=parent_id,
-                    forked_from_id=src.id,
-                    forked_at_seq=point,
-                    job_id=src.job_id,
-                    task=src.task,
-                    system_prompt=src.system_prompt,
-                    tools=list(src.tools),
-                    model=src.model,
-                    version=1,
-                    head_seq=point + len(messages),
-                    pending_tool_ids=list(pending),
-                    created_at=now,
-                    updated_at=now,
-                )
+            await self._insert_thread(
+                conn,
+                now,
+                messages,
+                after_seq=point,
+                id=tid,
+                kind=str(src.kind),
+                title=title
+                if title is not None
+                else (f"fork of {src.title}" if src.title else "fork"),
+                status=str(status),
+                parent_id=parent_id,
+                forked_from_id=src.id,
+                forked_at_seq=point,
+                job_id=src.job_id,
+                task=src.task,
+                system_prompt=src.system_prompt,
+                tools=list(src.tools),
+                model=src.model,
             )
-            await self._insert_messages(conn, tid, point + 1, messages, now)
             return await self._thread(conn, tid)
 
         return await self._write(fn, where="forking a thread")
@@ -702,6 +716,68 @@ class Store:
             return await self._thread(conn, thread_id)
 
         return await self._write(fn, where="updating a thread")
+
+    # ----------------------------------------------------------------- checkpoints
+
+    async def record_checkpoint(self, thread_id: str, seq: int, commit: str) -> None:
+        """Record that the thread's files after message ``seq`` are ``commit`` (an opaque
+        string to the store). Recording the same seq again replaces it: a replayed step
+        checkpoints the files as they are now."""
+        now = utcnow()
+
+        async def fn(conn: AsyncConnection) -> None:
+            await self._thread(conn, thread_id)
+            await conn.execute(
+                checkpoints.delete().where(
+                    checkpoints.c.thread_id == thread_id, checkpoints.c.seq == seq
+                )
+            )
+            await conn.execute(
+                checkpoints.insert().values(
+                    thread_id=thread_id, seq=seq, commit=commit, created_at=now
+                )
+            )
+
+        await self._write(fn, where="recording a checkpoint")
+
+    async def checkpoint_at(self, thread_id: str, seq: int | None = None) -> tuple[int, str] | None:
+        """The checkpoint in force at message ``seq`` of the thread (default: its end): the
+        newest one at or before ``seq``, found along the fork ancestry — a fork's files at
+        message n are its parent's at n when n is an inherited message. None when no message up
+        to ``seq`` changed files."""
+
+        async def fn(conn: AsyncConnection) -> tuple[int, str] | None:
+            head, chain = await self._chain(conn, thread_id)
+            limit = head if seq is None else min(seq, head)
+            bounds = [head] + [after for _, after in chain[:-1]]
+            for (owner, _), bound in zip(chain, bounds, strict=True):
+                limit = min(limit, bound)
+                row = (
+                    await conn.execute(
+                        sa.select(checkpoints.c.seq, checkpoints.c.commit)
+                        .where(checkpoints.c.thread_id == owner, checkpoints.c.seq <= limit)
+                        .order_by(checkpoints.c.seq.desc())
+                        .limit(1)
+                    )
+                ).first()
+                if row is not None:
+                    return int(row.seq), str(row.commit)
+            return None
+
+        return await self.db.read(fn, where="reading checkpoints")
+
+    async def checkpoints_of(self, thread_id: str) -> list[tuple[int, str]]:
+        """The thread's own checkpoints (not its fork ancestry's), oldest first."""
+        q = (
+            sa.select(checkpoints.c.seq, checkpoints.c.commit)
+            .where(checkpoints.c.thread_id == thread_id)
+            .order_by(checkpoints.c.seq)
+        )
+
+        async def fn(conn: AsyncConnection) -> list[tuple[int, str]]:
+            return [(int(r.seq), str(r.commit)) for r in await conn.execute(q)]
+
+        return await self.db.read(fn, where="reading checkpoints")
 
     # ----------------------------------------------------------------- usage
 
@@ -848,7 +924,7 @@ class Store:
         choose the new thread's id (e.g. to name it in the worker's own system prompt)."""
         tid = thread_id or new_id()
         now = utcnow()
-        pending = check_append((), 0, messages)
+        check_append((), 0, messages)
 
         async def fn(conn: AsyncConnection) -> tuple[ThreadInfo, bool]:
             row = (
@@ -863,26 +939,21 @@ class Store:
             if row is not None:
                 return await self._thread(conn, row.worker_id), False
             job = await self._job_of(conn, lead_id)
-            await conn.execute(
-                threads.insert().values(
-                    id=tid,
-                    kind=str(kind),
-                    title=title,
-                    status=str(Status.QUEUED),
-                    parent_id=lead_id,
-                    job_id=job,
-                    task=task,
-                    system_prompt=system_prompt,
-                    tools=list(tools),
-                    model=model,
-                    version=1,
-                    head_seq=len(messages),
-                    pending_tool_ids=list(pending),
-                    created_at=now,
-                    updated_at=now,
-                )
+            await self._insert_thread(
+                conn,
+                now,
+                messages,
+                id=tid,
+                kind=str(kind),
+                title=title,
+                status=str(Status.QUEUED),
+                parent_id=lead_id,
+                job_id=job,
+                task=task,
+                system_prompt=system_prompt,
+                tools=list(tools),
+                model=model,
             )
-            await self._insert_messages(conn, tid, 1, messages, now)
             await conn.execute(
                 dispatches.insert().values(
                     lead_id=lead_id,
