@@ -27,6 +27,7 @@ from store import (
 )
 from workers import LoopConfig, LoopEvent, ModelError, RunOutcome, parse_model_spec
 
+from ._isolation import record_job_base, start_job
 from ._jobfile import JobSpec, load_job
 from ._reading import DEFAULT_MAX_CHARS, Mode, Page, read_page
 from ._runtime import JobRuntime, create_lead, job_of
@@ -116,7 +117,15 @@ class Orchestrator:
         spec = job if isinstance(job, JobSpec) else load_job(Path(job), **overrides)
         for model in {spec.lead_model, *(spec.model_for(t) for t in spec.tasks)}:
             parse_model_spec(model)
-        lead = await create_lead(self.store, spec)
+        base = None
+        if spec.isolation == "worktree":
+            # refused (exit 2) before anything is stored when the repository can't be isolated
+            base = await start_job(spec.workspace_path)
+        lead = await create_lead(
+            self.store, spec, isolation=base.to_json() if base is not None else None
+        )
+        if base is not None:
+            await record_job_base(base, lead.id)
         rt = self._runtime(spec, lead.id)
         try:
             outcome = await rt.run(lead)

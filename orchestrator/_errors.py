@@ -41,8 +41,11 @@ EXIT_CODES: Final[dict[str, int]] = {
     "workers.errors.ModelSpecError": EXIT_USAGE,
     "workers.errors.ScriptError": EXIT_USAGE,
     "workers.errors.ModelError": EXIT_PROVIDER,
+    "workers.tools._sandbox.SandboxUnavailable": EXIT_USAGE,
     # the orchestrator
     "orchestrator._jobfile.JobFileError": EXIT_USAGE,
+    "orchestrator._worktrees.RepoStateError": EXIT_USAGE,  # the repository can't be isolated
+    "orchestrator._worktrees.WorktreeError": EXIT_FAILED,  # git itself failed
 }
 
 
@@ -77,10 +80,12 @@ def is_expected(exc: BaseException) -> bool:
 
 
 def one_line(exc: BaseException) -> str:
-    """The error's message on one line (what is wrong and where)."""
+    """The error's message on one line (what is wrong and where), secrets redacted."""
+    from ._redact import redact
+
     if exit_code_for(exc) == EXIT_INTERRUPTED:
         return "interrupted"
-    text = " ".join(str(exc).split())
+    text = redact(" ".join(str(exc).split()))
     if not is_expected(exc):
         detail = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
         return f"internal error: {detail} (run with -v for the traceback)"

@@ -41,6 +41,8 @@ class WorkerDefaults(_Strict):
     max_turns: int = Field(40, ge=1, le=10_000)
     timeout_s: float = Field(900.0, gt=0)
     tools: list[str] = Field(default_factory=lambda: list(DEFAULT_WORKER_TOOLS))
+    # the workers' bash sandbox; None: the job's ``sandbox``
+    sandbox: Literal["auto", "required", "none"] | None = None
 
     _tools = field_validator("tools")(_check_tools)
 
@@ -72,6 +74,9 @@ class JobSpec(_Strict):
     max_parallel: int = Field(4, ge=1, le=256)
     isolation: Literal["none", "worktree"] = "none"
     budget_tokens: int = Field(0, ge=0)
+    # bash under bubblewrap: "auto" (when installed), "required" (refuse without), "none"
+    sandbox: Literal["auto", "required", "none"] = "auto"
+    network: bool = False  # whether sandboxed commands may use the network
     worker: WorkerDefaults = Field(default_factory=WorkerDefaults)
     tasks: list[TaskSpec] = Field(default_factory=list)
     # where the file was: relative paths (workspace, scripted model files) resolve against it
@@ -93,6 +98,10 @@ class JobSpec(_Strict):
     @property
     def lead_model(self) -> str:
         return self.resolve_spec(self.model)
+
+    @property
+    def worker_sandbox(self) -> Literal["auto", "required", "none"]:
+        return self.worker.sandbox or self.sandbox
 
     def model_for(self, task: TaskSpec) -> str:
         return self.resolve_spec(task.model or self.worker_model or self.model)
@@ -154,11 +163,6 @@ def parse_job(text: str, *, name: str, base_dir: Path, **overrides: Any) -> JobS
         raise JobFileError(
             f"{name}:{locate.line(('job', 'workspace'))}: job.workspace: directory"
             f" {spec.workspace_path} does not exist"
-        )
-    if spec.isolation == "worktree":
-        raise JobFileError(
-            f'{name}:{locate.line(("job", "isolation"))}: job.isolation: "worktree" is not'
-            ' available in this version; use isolation = "none"'
         )
     return spec
 

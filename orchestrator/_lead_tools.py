@@ -289,6 +289,45 @@ class ForkThreadTool(Tool[ForkInput]):
         return ToolOutput(json.dumps(payload, ensure_ascii=False))
 
 
+class MergeInput(ToolInput):
+    refs: list[str] = Field(min_length=1, description="Worker threads whose branches to merge")
+    into: str | None = Field(
+        None, description="Branch to merge into (default: the job branch threadloom/<job>/merged)"
+    )
+
+
+class MergeTool(Tool[MergeInput]):
+    name: ClassVar[str] = "merge"
+    description: ClassVar[str] = (
+        "Merge workers' branches, in order, into the job branch (never into the user's checked-out"
+        " branch). Conflicts are not resolved: each conflicting branch is left unmerged and its"
+        " conflicted files are listed — dispatch a worker to resolve them (in its worktree it can"
+        " run `git merge <branch>` and fix the files), then merge that worker's branch."
+    )
+    Input = MergeInput
+
+    def __init__(self, rt: JobRuntime) -> None:
+        self.rt = rt
+
+    async def run(self, args: MergeInput, ctx: ToolContext) -> ToolOutput:
+        from ._isolation import merge_refs
+        from ._worktrees import WorktreeError
+
+        for ref in args.refs:
+            await _job_worker(self.rt, ref)
+        try:
+            report = await merge_refs(self.rt.store, list(args.refs), into=args.into)
+        except (WorktreeError, StoreError) as err:
+            raise ToolFailure(str(err)) from None
+        text = json.dumps(report.to_json(), ensure_ascii=False)
+        if report.conflicts:
+            text += (
+                f"\n{len(report.conflicts)} branch(es) conflict and were NOT merged into"
+                f" {report.into}; nothing was resolved automatically."
+            )
+        return ToolOutput(text)
+
+
 async def _job_worker(rt: JobRuntime, ref: str) -> ThreadInfo:
     try:
         info = (await rt.store.resolve(ref)).thread
@@ -307,6 +346,7 @@ def lead_tools(rt: JobRuntime) -> list[Tool[Any]]:
         SearchThreadsTool(rt),
         ResumeThreadTool(rt),
         ForkThreadTool(rt),
+        MergeTool(rt),  # offered to the model only by worktree jobs' leads (their tool list)
     ]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,7 @@ from workers import (
 from workers.providers import parse_model_spec
 from workers.tools import SandboxSettings, require_sandbox
 
+from ._isolation import Isolation, WorkerTree
 from ._jobfile import JobSpec, TaskSpec
 from ._prompts import lead_system_prompt, reader_system_prompt
 
@@ -60,6 +62,7 @@ LEAD_TOOLS = (
     "resume_thread",
     "fork_thread",
 )
+MERGE_TOOL = "merge"  # lead tool of worktree jobs only
 READER_TOOLS = ("read_thread",)
 
 
@@ -70,6 +73,11 @@ def task_message(task_id: str, title: str, prompt: str) -> str:
 
 def lead_message(job: JobSpec) -> str:
     lines = [f"Job: {job.name}", f"Goal: {job.goal}", f"Workspace: {job.workspace_path}"]
+    if job.isolation == "worktree":
+        lines.append(
+            "Isolation: each worker works in its own git worktree and branch; its result names"
+            " the branch and diff stat. Use merge to combine branches into the job branch."
+        )
     if job.tasks:
         lines.append(
             f"The job file defines {len(job.tasks)} tasks; they are being dispatched now."
@@ -98,6 +106,8 @@ class JobRuntime:
     _models: dict[str, Model] = field(default_factory=dict)
     _sem: asyncio.Semaphore | None = None
     _sandbox: SandboxSettings | None = None
+    _isolation: Isolation | None = None
+    _isolation_loaded: bool = False
 
     @property
     def semaphore(self) -> asyncio.Semaphore:
@@ -115,6 +125,14 @@ class JobRuntime:
             with contextlib.suppress(Exception):
                 await m.aclose()
         self._models.clear()
+
+    async def isolation(self) -> Isolation | None:
+        """The job's worktree isolation (from its lead thread), or None."""
+        if not self._isolation_loaded:
+            lead = await self.store.get_thread(self.lead_id)
+            self._isolation = await Isolation.of_job(self.store, lead)
+            self._isolation_loaded = True
+        return self._isolation
 
     # ------------------------------------------------------------------ budget and refs
 
@@ -183,6 +201,13 @@ class JobRuntime:
         and stored task call for."""
         sandbox = self.sandbox()
         spec = model_spec or info.model or self.job.lead_model
+        tree: WorkerTree | None = None
+        after_tools = None
+        iso = await self.isolation() if WorkerTree.of(info) is not None else None
+        if iso is not None:
+            info, tree = await iso.ensure(info)
+            if tree is not None:
+                after_tools = await iso.checkpointer(info, tree)
         task = info.task or {}
         if info.kind == Kind.LEAD:
             from ._lead_tools import lead_tools
@@ -203,7 +228,7 @@ class JobRuntime:
                 bash_timeout_s=self.config.bash_timeout_s,
             )
         workspace = Path(task.get("workspace") or self.job.workspace_path)
-        return await run_thread(
+        outcome = await run_thread(
             self.store,
             info.id,
             model=self.model(spec),
@@ -216,7 +241,12 @@ class JobRuntime:
             message=message,
             env=self.env,
             sandbox=sandbox if info.kind == Kind.WORKER else None,
+            after_tools=after_tools,
         )
+        if iso is not None and tree is not None:
+            result = await iso.finish(info, tree, outcome.result)
+            outcome = dataclasses.replace(outcome, result=result)
+        return outcome
 
     async def run_worker(
         self, info: ThreadInfo, *, model_spec: str | None = None, message: str | None = None
@@ -252,6 +282,7 @@ class JobRuntime:
     ) -> list[tuple[ThreadInfo, bool]]:
         """One worker thread per task (idempotent per lead tool_use id and task index)."""
         out = []
+        iso = await self.isolation()
         for i, raw in enumerate(tasks):
             task_id = str(raw.get("id") or f"task-{i + 1}")
             tools = list(raw.get("tools") or self.job.worker.tools)
@@ -261,6 +292,12 @@ class JobRuntime:
             parse_model_spec(spec)
             tid = new_id()
             ref = format_ref(tid)
+            workspace = self.job.workspace_path
+            placement: dict[str, Any] = {"workspace": str(workspace)}
+            if iso is not None:
+                tree = await iso.for_new_worker(tid, task_id)
+                workspace = tree.workspace
+                placement = tree.task_fields()
             info, created = await self.store.spawn(
                 lead_id=self.lead_id,
                 tool_use_id=tool_use_id,
@@ -273,12 +310,15 @@ class JobRuntime:
                     "id": task_id,
                     "title": str(raw.get("title") or task_id),
                     "prompt": str(raw.get("prompt") or ""),
-                    "workspace": str(self.job.workspace_path),
+                    **placement,
                     "max_turns": self.job.worker.max_turns,
                     "timeout_s": self.job.worker.timeout_s,
                 },
                 system_prompt=worker_system_prompt(
-                    thread_ref=ref, workspace=self.job.workspace_path, tools=tools
+                    thread_ref=ref,
+                    workspace=workspace,
+                    tools=tools,
+                    notes_from=self.job.workspace_path,
                 ),
                 tools=[*tools, SUBMIT_RESULT],
                 model=spec,
@@ -308,19 +348,25 @@ class JobRuntime:
         )
 
 
-async def create_lead(store: Store, job: JobSpec) -> ThreadInfo:
+async def create_lead(
+    store: Store, job: JobSpec, *, isolation: dict[str, Any] | None = None
+) -> ThreadInfo:
     """The lead thread of a new job. With ``[[task]]`` entries the lead's first turn — the
     ``dispatch`` of exactly those tasks — is written here; running the lead then carries it out
-    (dispatch is replay-safe, so a crash during it is resumed, not repeated)."""
+    (dispatch is replay-safe, so a crash during it is resumed, not repeated). ``isolation`` is
+    the worktree job's base (``_worktrees.JobBase.to_json()``); with it the lead gets ``merge``."""
     messages = [NewMessage.user(lead_message(job))]
     if job.tasks:
         messages.append(first_dispatch(job.tasks))
+    task: dict[str, Any] = {"job": job.model_dump(mode="json")}
+    if isolation is not None:
+        task["isolation"] = isolation
     return await store.create_thread(
         kind=Kind.LEAD,
         title=job.name,
-        task={"job": job.model_dump(mode="json")},
+        task=task,
         system_prompt=lead_system_prompt(),
-        tools=list(LEAD_TOOLS),
+        tools=[*LEAD_TOOLS, *((MERGE_TOOL,) if isolation is not None else ())],
         model=job.lead_model,
         status=Status.QUEUED,
         messages=messages,

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from ._errors import EXIT_INTERRUPTED, EXIT_USAGE, exit_code_for, one_line
+from ._redact import redact, redact_data
 from ._render import Printer, dumps
 
 if TYPE_CHECKING:
@@ -55,12 +56,15 @@ DEFAULT_DB = Path(".threadloom") / "threads.db"
 
 COMMANDS: dict[str, str] = {
     "demo": "orchestrator._cmd_run:demo",
+    "diff": "orchestrator._cmd_worktrees:diff",
     "resume": "orchestrator._cmd_run:resume",
     "run": "orchestrator._cmd_run:run",
     "export": "orchestrator._cmd_transcript:export",
     "fork": "orchestrator._cmd_transcript:fork",
+    "gc": "orchestrator._cmd_worktrees:gc",
     "import": "orchestrator._cmd_transcript:import_",
     "ls": "orchestrator._cmd_read:ls",
+    "merge": "orchestrator._cmd_worktrees:merge",
     "migrate": "orchestrator._cmd_stats:migrate",
     "search": "orchestrator._cmd_read:search",
     "show": "orchestrator._cmd_read:show",
@@ -97,11 +101,14 @@ class AppContext:
 @dataclass(frozen=True, slots=True)
 class Output:
     """What a command produced: ``data`` is its ``--json`` document; ``text`` its text output,
-    either a string written as is or a function that writes through a ``Printer``."""
+    either a string written as is or a function that writes through a ``Printer``. Both are
+    redacted (``orchestrator._redact``) unless ``redact`` is False — transcripts shown or
+    exported as the record (``show``/``export`` without ``--redact``)."""
 
     data: Any
     text: str | Callable[[Printer], None] | None = None
     exit_code: int = 0
+    redact: bool = True
 
 
 _CURRENT: ContextVar[AppContext | None] = ContextVar("threadloom_app", default=None)
@@ -120,11 +127,13 @@ def emit(app: AppContext, out: Output, *, stream: Any = None) -> None:
     stdout = sys.stdout if stream is None else stream
     try:
         if app.json:
-            stdout.write(dumps(out.data) + "\n")
+            stdout.write(dumps(redact_data(out.data) if out.redact else out.data) + "\n")
         elif isinstance(out.text, str):
-            stdout.write(out.text)
-        elif out.text is not None:
+            stdout.write(redact(out.text) if out.redact else out.text)
+        elif out.text is not None and not out.redact:
             out.text(Printer(stdout))
+        elif out.text is not None:
+            _write_redacted(out.text, stdout)
         stdout.flush()
     except BrokenPipeError:  # the reader had enough (``threadloom show … | head``)
         _silence_stdout()
@@ -132,6 +141,23 @@ def emit(app: AppContext, out: Output, *, stream: Any = None) -> None:
         from ._errors import EXIT_FAILED, CliError
 
         raise CliError(f"cannot write the output: {err.strerror or err}", EXIT_FAILED) from err
+
+
+def _write_redacted(write: Callable[[Printer], None], stdout: Any) -> None:
+    """Render into a buffer that looks like ``stdout`` (same width, colours, tty-ness), then
+    write it redacted: a secret may span several of the printer's writes."""
+    import io
+
+    class _Buffer(io.StringIO):
+        def isatty(self) -> bool:
+            try:
+                return bool(stdout.isatty())
+            except (AttributeError, ValueError):
+                return False
+
+    buf = _Buffer()
+    write(Printer(buf))
+    stdout.write(redact(buf.getvalue()))
 
 
 async def open_store(app: AppContext, *, migrate: bool = True) -> Store:
@@ -272,8 +298,9 @@ def report_error(exc: BaseException, argv: Sequence[str] = ()) -> int:
         code, message = exc.exit_code, " ".join(exc.format_message().split())
     else:
         code, message = exit_code_for(exc), one_line(exc)
+    message = redact(message)
     if verbose and not isinstance(exc, click.UsageError | click.Abort):
-        traceback.print_exception(exc, file=sys.stderr)
+        sys.stderr.write(redact("".join(traceback.format_exception(exc))))
         message = message.removesuffix(" (run with -v for the traceback)")
     try:
         if json_mode:

@@ -24,7 +24,7 @@ from .errors import DatabaseError, DatabaseFull, DatabaseUnavailable
 
 T = TypeVar("T")
 
-SCHEMA_HEAD = "0001"
+SCHEMA_HEAD = "0002"
 """The newest Alembic revision; a test checks it matches ``migrations/versions``."""
 
 BUSY_TIMEOUT_MS = 30_000

@@ -97,4 +97,15 @@ dispatches = sa.Table(
     sa.Index(None, "worker_id"),
 )
 
+checkpoints = sa.Table(
+    "checkpoints",
+    metadata,
+    # a snapshot of the files a thread worked on, taken after the tool results at ``seq`` were
+    # stored; ``commit`` is opaque to the store (the orchestrator keeps git object ids here)
+    sa.Column("thread_id", ID, sa.ForeignKey("threads.id"), primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True),
+    sa.Column("commit", sa.String(64), nullable=False),
+    sa.Column("created_at", TS, nullable=False),
+)
+
 FTS_TABLE = "messages_fts"

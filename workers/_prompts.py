@@ -34,10 +34,14 @@ def project_notes(workspace: Path) -> str:
     return ""
 
 
-def worker_system_prompt(*, thread_ref: str, workspace: Path, tools: Sequence[str]) -> str:
+def worker_system_prompt(
+    *, thread_ref: str, workspace: Path, tools: Sequence[str], notes_from: Path | None = None
+) -> str:
+    """The worker's system prompt. ``notes_from`` is where the project notes are read when the
+    workspace does not exist yet (a git worktree, created when the worker first runs)."""
     return prompt_template("worker").format(
         thread_ref=thread_ref,
         workspace=workspace,
         tools=", ".join(tools),
-        project_notes=project_notes(workspace),
+        project_notes=project_notes(notes_from or workspace),
     )

@@ -1,0 +1,309 @@
+"""Worktree isolation of a job, between the store and git (``_worktrees``).
+
+What is stored where:
+
+- the lead's task JSON holds ``isolation`` = ``{root, rel, base, head, dirty}`` (``JobBase``):
+  the repository, the workspace's path inside it, and the base commit (also kept at
+  ``refs/threadloom/<job id>/base`` so git never collects it);
+- each worker's task JSON holds ``workspace`` (its worktree, plus ``rel``) and ``worktree`` =
+  ``{thread, path, branch, base, root}``. ``thread`` names the owner: a fork starts with a copy
+  of its source's task, sees that the worktree is not its own, and gets a fresh one;
+- each checkpoint is a row ``(thread, seq, commit)`` in the store, and the ref
+  ``refs/threadloom/<thread id>/<seq>``.
+
+A worktree is created when its thread first runs, at the checkpoint in force at the thread's
+last message (the job base when there is none) — the same rule makes a fork start from its fork
+point's files and recreates a deleted worktree on resume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from store import Result, Status, Store, ThreadInfo, format_ref
+
+from . import _worktrees as wt
+
+log = structlog.get_logger("threadloom.isolation")
+
+WORKTREES_DIR = ("threadloom", "worktrees")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerTree:
+    """A worker's worktree as recorded in its task JSON."""
+
+    thread: str
+    path: Path
+    branch: str
+    base: str
+    root: Path
+    rel: str
+
+    @classmethod
+    def of(cls, info: ThreadInfo) -> WorkerTree | None:
+        task = info.task or {}
+        raw = task.get("worktree")
+        if not isinstance(raw, dict):
+            return None
+        return cls(
+            thread=str(raw["thread"]),
+            path=Path(raw["path"]),
+            branch=str(raw["branch"]),
+            base=str(raw["base"]),
+            root=Path(raw["root"]),
+            rel=str(raw.get("rel", "")),
+        )
+
+    @property
+    def workspace(self) -> Path:
+        return self.path / self.rel if self.rel else self.path
+
+    def task_fields(self) -> dict[str, Any]:
+        return {
+            "workspace": str(self.workspace),
+            "worktree": {
+                "thread": self.thread,
+                "path": str(self.path),
+                "branch": self.branch,
+                "base": self.base,
+                "root": str(self.root),
+                "rel": self.rel,
+            },
+        }
+
+
+class Isolation:
+    """Worktree isolation of one job: where its worktrees go, how they are named, created,
+    checkpointed, and how a worker's result is given its branch and diff stat."""
+
+    def __init__(self, store: Store, *, job_id: str, base: wt.JobBase, worktrees: Path) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.base = base
+        self.worktrees = worktrees
+        self._taken: set[str] = set()
+
+    @classmethod
+    async def of_job(cls, store: Store, lead: ThreadInfo) -> Isolation | None:
+        """The isolation of the job ``lead`` runs, or None (``isolation = "none"``)."""
+        raw = (lead.task or {}).get("isolation")
+        if not isinstance(raw, dict):
+            return None
+        base = wt.JobBase(
+            root=Path(raw["root"]),
+            rel=str(raw.get("rel", "")),
+            base=str(raw["base"]),
+            head=raw.get("head"),
+            dirty=bool(raw.get("dirty")),
+        )
+        common = await wt.common_dir(base.root)
+        return cls(store, job_id=lead.id, base=base, worktrees=common.joinpath(*WORKTREES_DIR))
+
+    # ------------------------------------------------------------------ naming
+
+    async def _branch(self, wanted: str, fallback: str) -> str:
+        name = wanted if wanted not in self._taken else fallback
+        name = await wt.free_branch(self.base.root, name, fallback)
+        self._taken.add(name)
+        return name
+
+    async def for_new_worker(self, thread_id: str, task_id: str) -> WorkerTree:
+        """Where a new worker will work: ``threadloom/<job>/<task id>`` (with the thread's id
+        appended if that branch exists already)."""
+        prefix = f"threadloom/{self.job_id}/{wt.slug(task_id)}"
+        branch = await self._branch(prefix, f"{prefix}-{thread_id[-6:]}")
+        return self._tree(thread_id, branch)
+
+    def _tree(self, thread_id: str, branch: str) -> WorkerTree:
+        return WorkerTree(
+            thread=thread_id,
+            path=self.worktrees / thread_id,
+            branch=branch,
+            base=self.base.base,
+            root=self.base.root,
+            rel=self.base.rel,
+        )
+
+    # ------------------------------------------------------------------ running
+
+    async def ensure(self, info: ThreadInfo) -> tuple[ThreadInfo, WorkerTree | None]:
+        """Make the thread's worktree exist before it runs. A thread carrying another thread's
+        worktree (a fork) is given its own first; a worktree that was removed is recreated at
+        the thread's last checkpoint."""
+        tree = WorkerTree.of(info)
+        if tree is None:
+            return info, None
+        if tree.thread != info.id:
+            task_id = str((info.task or {}).get("id") or "task")
+            prefix = f"threadloom/{self.job_id}/{wt.slug(task_id)}-fork-{info.id[-6:]}"
+            tree = self._tree(info.id, await self._branch(prefix, f"{prefix}-{info.id[-10:-6]}"))
+            info = await self.store.update_thread(
+                info.id, task={**(info.task or {}), **tree.task_fields()}
+            )
+        if not await wt.is_worktree(tree.path):
+            found = await self.store.checkpoint_at(info.id, info.head_seq)
+            start = found[1] if found else tree.base
+            await wt.add_worktree(tree.root, tree.path, tree.branch, start)
+            log.info(
+                "worktree.created",
+                thread=info.ref,
+                path=str(tree.path),
+                branch=tree.branch,
+                at=found[0] if found else None,
+            )
+        return info, tree
+
+    async def checkpointer(
+        self, info: ThreadInfo, tree: WorkerTree
+    ) -> Callable[[int], Awaitable[None]]:
+        """The loop's ``after_tools`` hook: a checkpoint of the worktree after each turn that
+        changed files, recorded with the tool-results message."""
+        head = await wt.resolve_commit(tree.path, "HEAD")
+        cp = wt.Checkpointer(tree.path, thread_id=info.id, last=head)
+
+        async def after_tools(seq: int) -> None:
+            commit = await cp(seq)
+            if commit is not None:
+                await self.store.record_checkpoint(info.id, seq, commit)
+
+        return after_tools
+
+    async def finish(
+        self, info: ThreadInfo, tree: WorkerTree, result: Result | None
+    ) -> Result | None:
+        """The result with the worker's branch and diff stat against the job base, stored."""
+        if result is None:
+            return None
+        tip = await wt.resolve_commit(tree.root, f"refs/heads/{tree.branch}") or tree.base
+        stat = await wt.diff_stat(tree.root, tree.base, tip)
+        result = result.model_copy(update={"branch": tree.branch, "diff_stat": stat})
+        await self.store.set_result(info.id, result)
+        return result
+
+
+async def start_job(workspace: Path) -> wt.JobBase:
+    """Check the workspace and capture the job's base (before anything is stored)."""
+    return await wt.prepare_job(workspace)
+
+
+async def record_job_base(base: wt.JobBase, job_id: str) -> None:
+    await wt.set_ref(base.root, wt.job_base_ref(job_id), base.base)
+
+
+# ----------------------------------------------------------------- diff, merge, gc
+
+
+async def tree_of(store: Store, ref: str) -> tuple[ThreadInfo, WorkerTree, int | None]:
+    """A worker ref (``T-…`` or ``T-…#n``) → its thread, worktree record and anchor."""
+    resolved = await store.resolve(ref)
+    info = resolved.thread
+    tree = WorkerTree.of(info)
+    if tree is None:
+        raise wt.RepoStateError(
+            f'{info.ref} has no worktree: its job did not run with isolation = "worktree"'
+        )
+    if tree.thread != info.id:
+        raise wt.RepoStateError(f"{info.ref} is a fork that has not run yet: it has no files")
+    return info, tree, resolved.end if resolved.start is not None else None
+
+
+async def worker_diff(store: Store, ref: str, *, stat: bool = False) -> dict[str, Any]:
+    """The worker's work against the job base: its branch, or its files at message n."""
+    info, tree, at = await tree_of(store, ref)
+    if at is not None:
+        found = await store.checkpoint_at(info.id, at)
+        tip = found[1] if found else tree.base
+        label = f"{format_ref(info.id, at)}"
+    else:
+        tip = await wt.resolve_commit(tree.root, f"refs/heads/{tree.branch}") or tree.base
+        label = tree.branch
+    text = await wt.diff(tree.root, tree.base, tip, stat=stat)
+    return {
+        "ref": info.ref,
+        "branch": tree.branch,
+        "base": tree.base,
+        "tip": tip,
+        "of": label,
+        "diff": text,
+    }
+
+
+async def merge_refs(store: Store, refs: list[str], *, into: str | None = None) -> wt.MergeReport:
+    """Merge the branches of the worker refs into ``into`` (default: the job branch
+    ``threadloom/<job id>/merged``, created at the job base). Conflicts are reported, never
+    resolved."""
+    if not refs:
+        raise wt.RepoStateError("merge needs at least one worker ref")
+    items: list[wt.MergeItem] = []
+    trees: list[WorkerTree] = []
+    jobs: set[str] = set()
+    for ref in refs:
+        info, tree, _ = await tree_of(store, ref)
+        items.append(wt.MergeItem(label=info.ref, branch=tree.branch))
+        trees.append(tree)
+        jobs.add(info.job_id)
+    roots = {t.root for t in trees}
+    if len(roots) > 1:
+        raise wt.RepoStateError("the refs' worktrees belong to different repositories")
+    if into is None:
+        if len(jobs) > 1:
+            raise wt.RepoStateError("the refs belong to different jobs: name a branch with --into")
+        into = wt.merged_branch(next(iter(jobs)))
+    return await wt.merge(trees[0].root, items, into=into, start=trees[0].base)
+
+
+@dataclass
+class GcReport:
+    removed: list[dict[str, str]]
+    kept: list[dict[str, str]]
+    deleted_refs: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"removed": self.removed, "kept": self.kept, "deleted_refs": self.deleted_refs}
+
+
+FINISHED = frozenset({Status.DONE, Status.FAILED, Status.CANCELLED})
+
+
+async def gc(store: Store, *, job_id: str | None = None, branches: bool = False) -> GcReport:
+    """Remove the worktrees of finished jobs (every thread done, failed or cancelled — an
+    interrupted or running job keeps its worktrees, so it can be resumed as it was). Branches
+    and checkpoint refs are kept unless ``branches``: a removed worktree is recreated from its
+    last checkpoint if its thread is resumed."""
+    report = GcReport([], [], [])
+    leads = [await store.get_thread(job_id)] if job_id else await store.list_threads(kind="lead")
+    for lead in leads:
+        if not isinstance((lead.task or {}).get("isolation"), dict):
+            continue
+        threads = await store.job_tree(lead.id)
+        busy = [t for t in threads if t.status not in FINISHED and t.status != Status.IDLE]
+        for t in threads:
+            tree = WorkerTree.of(t)
+            if tree is None or tree.thread != t.id:
+                continue
+            if busy:
+                report.kept.append(
+                    {
+                        "ref": t.ref,
+                        "worktree": str(tree.path),
+                        "reason": f"job {lead.ref} is not finished ({busy[0].ref} is"
+                        f" {busy[0].status})",
+                    }
+                )
+                continue
+            if await wt.remove_worktree(tree.root, tree.path):
+                report.removed.append({"ref": t.ref, "worktree": str(tree.path)})
+            if branches:
+                report.deleted_refs += await wt.delete_private(
+                    tree.root, thread_id=t.id, branch=tree.branch
+                )
+        if branches and not busy:
+            root = Path(lead.task["isolation"]["root"])  # type: ignore[index]
+            report.deleted_refs += await wt.delete_private(root, thread_id=lead.id, branch=None)
+    return report
