@@ -25,7 +25,7 @@ from ._reading import DEFAULT_MAX_CHARS, ReadError, read_page
 from ._runtime import JobRuntime
 
 _CITATION = re.compile(r"T-[0-9a-hjkmnp-tv-z]{4,26}(?:#\d+(?:-\d*)?)?")
-MAX_TASKS_PER_DISPATCH = 64
+MAX_TASKS_PER_DISPATCH = 1000  # a job file may list many tasks; the lead gets them all at once
 
 
 def result_payload(info: ThreadInfo, outcome: RunOutcome | None = None) -> dict[str, Any]:

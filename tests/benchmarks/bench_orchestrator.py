@@ -95,6 +95,9 @@ async def overhead(root: Path, workers: int, turns: int) -> dict[str, Any]:
         outcome = await orch.run_job(job)
         elapsed = time.perf_counter() - t0
     total_turns = workers * turns
+    done = [w for w in outcome.workers if w.status == "done"]
+    if len(done) != workers:
+        raise SystemExit(f"only {len(done)} of {workers} workers finished: {outcome.error}")
     return {
         "workers": workers,
         "turns_per_worker": turns,
