@@ -99,8 +99,9 @@ def ls(
 @click.argument("ref")
 @click.option("--tools", is_flag=True, help="Show tool inputs and outputs (capped).")
 @click.option("--raw", is_flag=True, help="Show tool inputs, outputs and thinking whole.")
+@click.option("--redact", is_flag=True, help="Mask API keys and secret-looking values.")
 @click.pass_context
-def show(ctx: click.Context, ref: str, tools: bool, raw: bool) -> None:
+def show(ctx: click.Context, ref: str, tools: bool, raw: bool, redact: bool) -> None:
     """Show a thread: status, lineage, result, usage, then its messages.
 
     REF is a thread (its whole visible history, a fork's inherited messages included and marked
@@ -120,6 +121,10 @@ def show(ctx: click.Context, ref: str, tools: bool, raw: bool) -> None:
 
     --json prints {ref, kind, status, title, parent, forked_from: {ref, at} | null, result,
     usage, messages: [{seq, role, content}]} with content blocks exactly as stored.
+
+    The transcript is the record: it is shown as stored, secrets included, unless --redact
+    masks the configured API keys and values that look like secrets (sk-ant-…, AKIA…, ghp_…,
+    private-key blocks).
     """
     from ._thread_view import (
         message_json,
@@ -161,7 +166,7 @@ def show(ctx: click.Context, ref: str, tools: bool, raw: bool) -> None:
             mode: Mode = "raw" if raw else "tools" if tools else "brief"
             render_messages(p, info, msgs, mode, before=before)
 
-        return Output(data, text)
+        return Output(data, text, redact=redact)
 
     run_command(ctx, go)
 

@@ -93,8 +93,10 @@ async def _orchestrate(
     if code and outcome.error:
         # the run's document, with its error in SPEC's error shape; and the one-line error
         data["error"] = {"code": code, "message": outcome.error}
+        from ._redact import redact
+
         sys.stderr.write(
-            f"threadloom: error: {outcome.ref} ended {outcome.status}: {outcome.error}\n"
+            redact(f"threadloom: error: {outcome.ref} ended {outcome.status}: {outcome.error}\n")
         )
     return Output(
         data, text=render(outcome, hints=hints(outcome) if hints else None), exit_code=code
@@ -131,6 +133,7 @@ def run(
         budget_tokens=budget_tokens,
     )
     _check_models(job)
+    _check_sandbox(job)
     run_async(ctx, lambda: _orchestrate(app, lambda orch: orch.run_job(job), hints=_next_steps))
 
 
@@ -236,6 +239,13 @@ def _check_spec(spec: str) -> None:
     from workers.providers import parse_model_spec
 
     parse_model_spec(spec)
+
+
+def _check_sandbox(job: Any) -> None:
+    """``sandbox = "required"`` without bubblewrap: exit 2 before anything is stored."""
+    from workers.tools import require_sandbox
+
+    require_sandbox(job.worker_sandbox)
 
 
 def _check_models(job: Any) -> None:

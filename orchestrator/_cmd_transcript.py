@@ -27,8 +27,9 @@ if TYPE_CHECKING:
     show_default=True,
     help="jsonl: one message a line; md: a readable Markdown document.",
 )
+@click.option("--redact", is_flag=True, help="Mask API keys and secret-looking values.")
 @click.pass_context
-def export(ctx: click.Context, ref: str, fmt: str) -> None:
+def export(ctx: click.Context, ref: str, fmt: str, redact: bool) -> None:
     """Write a thread's whole transcript (a fork's inherited history included) to stdout.
 
     \b
@@ -39,6 +40,9 @@ def export(ctx: click.Context, ref: str, fmt: str) -> None:
 
     A ref with a range (T-…#3-9) exports only those messages. --json wraps the export:
     {ref, format, messages: N, text}.
+
+    The export is the record, secrets included; --redact masks the configured API keys and
+    values that look like secrets (a redacted jsonl export still imports).
     """
     from store import dump_transcript
 
@@ -57,7 +61,7 @@ def export(ctx: click.Context, ref: str, fmt: str) -> None:
         else:
             text = dump_transcript(msgs)
         data = {"ref": info.ref, "format": fmt, "messages": len(msgs), "text": text}
-        return Output(data, text)
+        return Output(data, text, redact=redact)
 
     run_command(ctx, go)
 

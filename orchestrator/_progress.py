@@ -16,6 +16,8 @@ from typing import Any, TextIO
 from store import Status, format_ref
 from workers import LoopEvent
 
+from ._redact import redact
+
 
 @dataclass
 class _Row:
@@ -87,7 +89,7 @@ class Progress:
     def _line(self, text: str) -> None:
         if self._live is None:
             try:
-                self.stream.write(text + "\n")
+                self.stream.write(redact(text) + "\n")
                 self.stream.flush()
             except (OSError, ValueError):
                 pass
@@ -105,7 +107,7 @@ class Progress:
             table.add_row(
                 row.ref,
                 row.kind,
-                row.title[:40],
+                redact(row.title[:40]),
                 f"[{styles.get(row.status, 'white')}]{row.status}[/]",
                 str(row.turns),
                 f"{row.tokens:,}",

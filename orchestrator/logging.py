@@ -5,6 +5,8 @@ lines with ``json_lines=True`` (``threadloom --log-json``). The level is WARNING
 ``-v``, DEBUG with two (for our events; other libraries' loggers stop at INFO). Events are dotted
 past-tense names with fields (``log.info("thread.imported", thread=ref, messages=12)``); prompt
 bodies never above DEBUG. Standard-library loggers (alembic, …) go through the same renderer.
+Every rendered line — structlog's, the standard library's, the job logs' — passes through
+``orchestrator._redact.redact`` on its way out (tracebacks included), so no secret is logged.
 
 Job logs: once ``set_job_log_dir(dir)`` is called (``threadloom run``/``resume``/``fork``/``demo``
 do, with ``.threadloom/logs`` beside the database), every event carrying a ``job`` (bound with
@@ -23,6 +25,8 @@ from pathlib import Path
 from typing import Any, TextIO, cast
 
 import structlog
+
+from ._redact import redact
 
 _HANDLER_NAME = "threadloom"
 
@@ -55,6 +59,7 @@ def configure_logging(
         shared.append(structlog.processors.format_exc_info)
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=_isatty(out))
+    renderer = _Redacting(renderer)
     structlog.configure(
         processors=[*shared, renderer],
         # INFO always reaches the processors (for the job logs); _JobLog drops what the console
@@ -84,6 +89,17 @@ def get_logger(name: str | None = None) -> Any:
     return structlog.get_logger(name)
 
 
+class _Redacting:
+    """The last processor: the renderer, then ``redact`` over the whole rendered line."""
+
+    def __init__(self, renderer: Any) -> None:
+        self.renderer = renderer
+
+    def __call__(self, logger: Any, method: str, event: Any) -> Any:
+        rendered = self.renderer(logger, method, event)
+        return redact(rendered) if isinstance(rendered, str) else rendered
+
+
 class _JobLog:
     """A structlog processor: tees job events to their JSON-lines file, then drops events below
     the console level."""
@@ -110,7 +126,7 @@ class _JobLog:
                 path = self.directory / f"{job}.jsonl"
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
                 fh = self._files[job] = os.fdopen(fd, "a", encoding="utf-8")
-            fh.write(json.dumps(event, default=str, ensure_ascii=False) + "\n")
+            fh.write(redact(json.dumps(event, default=str, ensure_ascii=False)) + "\n")
             fh.flush()
         except OSError:
             pass  # a log that cannot be written never stops a job

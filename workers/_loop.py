@@ -26,6 +26,7 @@ import structlog
 from pydantic import ValidationError
 
 from store import (
+    DatabaseError,
     Kind,
     LeaseHeld,
     Message,
@@ -53,7 +54,7 @@ from ._results import (
     validation_message,
 )
 from .errors import ModelError
-from .tools import Tool, ToolContext, ToolOutput
+from .tools import SandboxSettings, Tool, ToolContext, ToolOutput
 
 log = structlog.get_logger("threadloom.loop")
 
@@ -209,6 +210,7 @@ async def run_thread(
     env: dict[str, str] | None = None,
     message: str | None = None,
     after_tools: Callable[[int], Awaitable[None]] | None = None,
+    sandbox: SandboxSettings | None = None,
 ) -> RunOutcome:
     """Run a thread from its stored history until it ends; return how it ended.
 
@@ -216,6 +218,7 @@ async def run_thread(
     orchestrator checkpoints the workspace there); its failure is logged, never fatal.
     ``message``, if given, is appended as the user's next message once the run owns the thread
     (after any unanswered tool calls of a crashed run have been answered).
+    ``sandbox`` is how ``bash`` isolates commands (default: not at all, ``mode="none"``).
     The thread's system prompt and tool names come from the thread itself (``tools`` supplies the
     implementations; ``submit_result`` is handled here for workers). Raises ``LeaseHeld`` when
     another runner owns the thread and ``asyncio.CancelledError`` when cancelled — after the
@@ -244,6 +247,9 @@ async def run_thread(
             thread_ref=info.ref,
             env=env,
             default_timeout_s=cfg.bash_timeout_s,
+            sandbox=sandbox.mode if sandbox else "none",
+            network=sandbox.network if sandbox else False,
+            hidden=sandbox.hidden if sandbox else (),
         ),
         config=cfg,
         kind=info.kind,
@@ -310,6 +316,12 @@ async def _drive(run: _Run) -> RunOutcome:
     except asyncio.CancelledError:
         await finish_uncancelled(_answer_orphans(run, replay=False))
         await _finish(run, Status.INTERRUPTED, error="interrupted")
+        raise
+    except DatabaseError as exc:
+        # the world, not a bug (the disk is full, the database went away): one line, no
+        # traceback; the terminal status is still attempted, and the error goes on up
+        log.error("thread.store_failed", error=str(exc))
+        await _finish(run, Status.FAILED, error=str(exc), exception=exc)
         raise
     except Exception as exc:
         log.exception("thread.crashed")

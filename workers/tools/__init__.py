@@ -15,6 +15,13 @@ from ._list_files import ListFilesTool
 from ._paths import resolve_in_workspace
 from ._read_file import ReadFileTool
 from ._registry import DEFAULT_WORKER_TOOLS, TOOL_REGISTRY, build_tools
+from ._sandbox import (
+    SandboxSettings,
+    SandboxStatus,
+    SandboxUnavailable,
+    require_sandbox,
+    sandbox_status,
+)
 from ._write_file import WriteFileTool
 
 __all__ = [
@@ -28,6 +35,9 @@ __all__ = [
     "ListFilesTool",
     "PathRefused",
     "ReadFileTool",
+    "SandboxSettings",
+    "SandboxStatus",
+    "SandboxUnavailable",
     "Tool",
     "ToolContext",
     "ToolFailure",
@@ -35,6 +45,8 @@ __all__ = [
     "ToolOutput",
     "WriteFileTool",
     "build_tools",
+    "require_sandbox",
     "resolve_in_workspace",
+    "sandbox_status",
     "scrubbed_environment",
 ]

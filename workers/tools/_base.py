@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import pydantic
 
@@ -42,6 +42,13 @@ class ToolContext:
     tool_use_id: str = ""
     """The id of the ``tool_use`` being answered (tools that must be idempotent per call key
     their effects on it, e.g. ``dispatch``)."""
+    sandbox: Literal["auto", "required", "none"] = "none"
+    """How ``bash`` isolates a command (``workers.tools._sandbox``). ``none`` here, for code
+    that builds a context by hand; jobs default to ``auto`` and pass their setting down."""
+    network: bool = False
+    """Under the sandbox: whether a command may use the network."""
+    hidden: tuple[Path, ...] = ()
+    """Under the sandbox: more paths made unreadable (the threadloom database directory)."""
 
 
 @dataclass(frozen=True)

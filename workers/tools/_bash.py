@@ -19,6 +19,10 @@ The shell's exit is detected with ``waitid(WNOWAIT)`` on a helper thread, not by
 subprocess machinery: on Python 3.11 ``Process.wait()`` also waits for the output pipe to close,
 which a background grandchild can hold open indefinitely. ``WNOWAIT`` leaves the shell a zombie
 until the group has been killed, so its pid (= the group id) cannot be reused in between.
+
+With ``ctx.sandbox`` ``auto`` (bubblewrap available) or ``required``, the shell runs under
+bubblewrap (``_sandbox``): bwrap leads the process group, and its PID namespace dies with it.
+``required`` without a working bubblewrap answers an error result and runs nothing.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from collections.abc import Mapping
 from pydantic import Field
 
 from ._base import Tool, ToolContext, ToolInput, ToolOutput
+from ._sandbox import bwrap_argv, sandbox_status
 
 MAX_TIMEOUT_S = 600.0
 DEFAULT_OUTPUT_CAP = 64 * 1024 * 1024
@@ -72,16 +77,34 @@ class BashTool(Tool[BashInput]):
 
     async def run(self, args: BashInput, ctx: ToolContext) -> ToolOutput:
         timeout = min(args.timeout_s or ctx.default_timeout_s, MAX_TIMEOUT_S)
+        argv = ["bash", "-c", args.command]
+        env = scrubbed_environment(os.environ, ctx.env)
+        if ctx.sandbox != "none":
+            status = sandbox_status()
+            if status.available:
+                argv = bwrap_argv(
+                    status.program,
+                    argv,
+                    workspace=ctx.workspace,
+                    network=ctx.network,
+                    hidden=ctx.hidden,
+                )
+                env["TMPDIR"] = "/tmp"  # the sandbox's private /tmp; elsewhere is read-only
+            elif ctx.sandbox == "required":
+                return ToolOutput(
+                    f"bash: not run: the job requires the sandbox and {status.reason}",
+                    is_error=True,
+                )
         try:
             # Popen, not asyncio's subprocess: see the module docstring. Spawning is quick (vfork).
             proc = subprocess.Popen(  # noqa: ASYNC220
-                ["bash", "-c", args.command],
+                argv,
                 cwd=ctx.workspace,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env=scrubbed_environment(os.environ, ctx.env),
+                env=env,
             )
         except OSError as exc:
             return ToolOutput(f"bash: failed to start: {exc}", is_error=True)
