@@ -82,6 +82,11 @@ def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+SAFE_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+"""Nothing in the repository runs because threadloom ran git: no hooks (``worktree add`` would
+run post-checkout, a merge commit pre-merge-commit), no fsmonitor command."""
+
+
 async def git(
     *args: str,
     cwd: Path,
@@ -94,6 +99,7 @@ async def git(
     try:
         proc = await asyncio.create_subprocess_exec(
             "git",
+            *SAFE_CONFIG,
             *args,
             cwd=cwd,
             env=git_env(env),
@@ -363,6 +369,7 @@ class Checkpointer:
 async def _update_refs(cwd: Path, lines: str) -> None:
     proc = await asyncio.create_subprocess_exec(
         "git",
+        *SAFE_CONFIG,
         "update-ref",
         "--stdin",
         cwd=cwd,

@@ -455,3 +455,16 @@ async def test_checkpoint_at_walks_the_fork_ancestry(tmp_path: Path) -> None:
         assert await store.checkpoint_at(t.id, 8) == (7, "c7b")
     finally:
         await store.close()
+
+
+async def test_repository_hooks_never_run_because_threadloom_ran_git(
+    tmp_path: Path, repo: Path, orch: Orchestrator
+) -> None:
+    ran = tmp_path / "hook-ran"
+    hooks = repo / ".git" / "hooks"
+    for name in ("post-checkout", "pre-commit", "post-commit", "pre-merge-commit", "post-merge"):
+        hook = hooks / name
+        hook.write_text(f"#!/bin/sh\necho {name} >> {ran}\n")
+        hook.chmod(0o755)
+    await run_two_editors(tmp_path, repo, orch)
+    assert not ran.exists(), ran.read_text()
