@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
@@ -77,6 +79,33 @@ def prepare_sqlite_file(path: Path, *, create_dirs: bool) -> None:
     except OSError as err:
         raise DatabaseUnavailable(f"cannot open database {path}: {err.strerror}") from err
     os.close(fd)
+    _switch_to_wal(path)
+
+
+def _switch_to_wal(path: Path) -> None:
+    """Put the database in WAL mode once, before any engine connects, waiting for the lock.
+
+    Two processes creating one database at once race inside ``PRAGMA journal_mode = WAL``:
+    SQLite switches modes by upgrading a read transaction to a write one, which fails at once
+    with SQLITE_BUSY (the busy handler is never consulted) while the other holds the write lock.
+    So retry here, briefly blocking; once the file is in WAL mode the connect hooks' PRAGMA is a
+    no-op."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    delay = 0.001
+    while True:
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise translate(err, where=f"opening {path}") from err
+        except sqlite3.Error as err:
+            raise translate(err, where=f"opening {path}") from err
+        finally:
+            conn.close()
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
 
 
 def translate(err: BaseException, *, where: str = "") -> DatabaseError:

@@ -47,6 +47,16 @@ def new_id() -> str:
     return _encode(ms, 10) + _encode(rand & ((1 << _RANDOM_BITS) - 1), 16)
 
 
+def _after_fork_in_child() -> None:
+    # a forked child must not continue its parent's sequence: within the same millisecond both
+    # would make the very same "next" id; draw fresh randomness instead
+    global _last, _lock
+    _last, _lock = (0, 0), threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 @dataclass(frozen=True, slots=True)
 class ThreadRef:
     """``T-<id>``, optionally with a message anchor: ``#7``, ``#7-12`` or ``#7-``.

@@ -29,7 +29,14 @@ from store import NewMessage, Store
 
 
 def _error(err: BaseException) -> str:
-    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    """One line: the store error, and below it the driver's (statement, SQLite error name)."""
+    text = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    cause = err.__cause__
+    orig = getattr(cause, "orig", None)
+    if cause is not None:
+        statement = " ".join(str(getattr(cause, "statement", "") or "").split())[:80]
+        text += f" [{getattr(orig, 'sqlite_errorname', type(orig).__name__)} on {statement!r}]"
+    return text
 
 
 async def _open(url: str) -> dict[str, Any]:

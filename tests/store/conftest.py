@@ -1,8 +1,8 @@
 """Store fixtures: every ``store`` test runs on a SQLite file in ``tmp_path`` and on PostgreSQL.
 
 PostgreSQL: one database per test session (``tl_test_…``), migrated once; each test starts from
-it emptied (``DELETE``, about a millisecond). Tests that need an unmigrated database get a fresh one of
-their own. Everything created is dropped at the end. Without a reachable server the postgres
+it emptied (``DELETE``, about a millisecond). Tests that need an unmigrated database get a fresh
+one of their own. Everything created is dropped at the end. Without a reachable server the postgres
 cases skip, unless ``CI`` is set: then they fail.
 """
 
@@ -67,8 +67,8 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    """A migrated database URL: a new SQLite file (a copy of the session's template), or the session's PostgreSQL database (emptied
-    by the ``store`` fixture)."""
+    """A migrated database URL: a new SQLite file (a copy of the session's template), or the
+    session's PostgreSQL database (emptied by the ``store`` fixture)."""
     if backend == "sqlite":
         path = tmp_path / "threads.db"
         template: Path = request.getfixturevalue("sqlite_template")

@@ -67,12 +67,17 @@ async def test_assistant_messages_may_follow_each_other_without_tool_calls(store
 
 
 def _blocks(role: str, *blocks: Any) -> NewMessage:
-    return NewMessage(role=role, content=list(blocks))  # type: ignore[arg-type]
+    return NewMessage(role=role, content=list(blocks))
 
 
 # (history, refused append, words the error must contain)
 REFUSED: list[tuple[str, list[NewMessage], list[NewMessage], list[str]]] = [
-    ("first message from the assistant", [], [assistant("hi")], ["message 1", "starts with a user"]),
+    (
+        "first message from the assistant",
+        [],
+        [assistant("hi")],
+        ["message 1", "starts with a user"],
+    ),
     (
         "tool_use left unanswered by a plain user message",
         [user("go"), calls("a")],

@@ -103,7 +103,7 @@ def test_appends_reported_committed_survive_sigkill_at_random_moments(tmp_path: 
     assert [seq for seq, _, _ in history] == list(range(1, head + 1))  # no gap, no duplicate
     assert head % 2 == 0  # appends of two messages are never torn
     for i in range(0, head, 2):
-        (s1, role1, text1), (s2, role2, text2) = history[i], history[i + 1]
+        (_, role1, text1), (_, role2, text2) = history[i], history[i + 1]
         assert (role1, role2) == ("user", "assistant")
         trial, n = (int(x) for x in text1.removeprefix("trial ").split(" append "))
         assert text2 == f"reply {trial}.{n}"

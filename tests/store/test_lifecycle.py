@@ -56,11 +56,13 @@ async def test_the_state_machine_allows_exactly_the_documented_transitions(store
             try:
                 info = await store.set_status(t.id, target)
             except StatusError as err:
-                assert f"cannot go from {source} to {target}" in str(err)
-                assert (await store.get_thread(t.id)).status == source
+                refusal = str(err)
             else:
                 assert info.status == target
                 allowed[source].add(target)
+                continue
+            assert f"cannot go from {source} to {target}" in refusal
+            assert (await store.get_thread(t.id)).status == source
     assert allowed == ALLOWED
     # nothing ever goes back to idle
     assert all(S.IDLE not in targets for targets in allowed.values())
@@ -112,7 +114,9 @@ async def test_a_terminal_status_write_lands_even_if_its_caller_is_cancelled(
 ) -> None:
     t = await store.create_thread(kind="worker", status=Status.RUNNING)
     task = asyncio.create_task(
-        store.set_status(t.id, Status.FAILED, error="stopped", result=Result(status="failed", summary="s"))
+        store.set_status(
+            t.id, Status.FAILED, error="stopped", result=Result(status="failed", summary="s")
+        )
     )
     await asyncio.sleep(0)  # let it start (one loop turn; nothing is waited for)
     assert not task.done()
@@ -225,9 +229,7 @@ async def test_usage_rows_sum_per_thread_and_per_job(store: Store) -> None:
     assert totals[lead.id].cost_usd == pytest.approx(0.5)
     assert totals[worker.id].cost_usd == pytest.approx(0.25)
     assert len(await store.usage_totals()) == 4
-    assert await store.thread_usage(
-        (await store.create_thread(kind="worker")).id
-    ) == Usage()
+    assert await store.thread_usage((await store.create_thread(kind="worker")).id) == Usage()
 
 
 async def test_usage_is_recorded_against_the_assistant_message_it_produced(store: Store) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import time
 
 import pytest
@@ -9,6 +11,7 @@ from pydantic import ValidationError
 
 from store import (
     CONTENT_ADAPTER,
+    ContentBlock,
     Message,
     NewMessage,
     RefSyntaxError,
@@ -155,7 +158,11 @@ def test_content_blocks_are_discriminated_by_type() -> None:
             {"type": "thinking", "thinking": "hmm", "signature": "s"},
             {"type": "tool_use", "id": "tu1", "name": "grep", "input": {"pattern": "x"}},
             {"type": "tool_result", "tool_use_id": "tu1", "content": "found"},
-            {"type": "tool_result", "tool_use_id": "tu2", "content": [{"type": "text", "text": "a"}]},
+            {
+                "type": "tool_result",
+                "tool_use_id": "tu2",
+                "content": [{"type": "text", "text": "a"}],
+            },
         ]
     )
     assert [type(b) for b in blocks] == [
@@ -169,7 +176,7 @@ def test_content_blocks_are_discriminated_by_type() -> None:
 
 
 def test_content_blocks_round_trip_through_json() -> None:
-    blocks = [
+    blocks: list[ContentBlock] = [
         TextBlock(text="é ✓"),
         ToolUseBlock(id="tu1", name="bash", input={"command": "ls", "n": [1, 2]}),
         ToolResultBlock(tool_use_id="tu1", content="out", is_error=True),
@@ -253,3 +260,28 @@ def test_result_round_trips_through_json() -> None:
         }
     )
     assert Result.model_validate_json(result.model_dump_json()) == result
+
+
+def _id_in_child(out: int) -> None:
+    os.write(out, new_id().encode())
+
+
+def test_a_forked_process_does_not_repeat_its_parents_next_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A child forked from a process that just made an id must not continue the parent's
+    sequence: in the same millisecond both would make the same "next" id."""
+    frozen = time.time_ns()
+    monkeypatch.setattr(time, "time_ns", lambda: frozen)  # one millisecond, forever
+    new_id()
+    r, w = os.pipe()
+    child = multiprocessing.get_context("fork").Process(target=_id_in_child, args=(w,))
+    child.start()
+    os.close(w)
+    try:
+        child_id = os.read(r, 64).decode()
+    finally:
+        os.close(r)
+        child.join()
+    assert len(child_id) == ID_LENGTH
+    assert child_id != new_id()

@@ -74,7 +74,9 @@ async def test_search_can_be_limited_to_one_job(store: Store) -> None:
     assert len(await store.search("ZeroDivisionError", limit=1)) == 1
 
 
-@pytest.mark.parametrize("query", ["parser.py:12", "parser.py", "at parser.py:12 in", '"parser.py"'])
+@pytest.mark.parametrize(
+    "query", ["parser.py:12", "parser.py", "at parser.py:12 in", '"parser.py"']
+)
 async def test_punctuation_in_a_query_is_literal(store: Store, query: str) -> None:
     ids = await _corpus(store)
     hits = await store.search(query)

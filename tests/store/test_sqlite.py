@@ -6,6 +6,7 @@ import asyncio
 import os
 import sqlite3
 import stat
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,9 +130,12 @@ async def test_a_file_that_is_not_a_database_is_unavailable(tmp_path: Path) -> N
 # ----------------------------------------------------------------- BEGIN IMMEDIATE
 
 
+BUSY_TIMEOUT_S = 20
+
+
 def _raw(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA busy_timeout = 5000")
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
     return conn
 
 
@@ -160,7 +164,8 @@ async def test_a_deferred_read_then_write_fails_at_once_but_the_store_waits_for_
     started = time.monotonic()
     with pytest.raises(sqlite3.OperationalError, match="database is locked"):
         a.execute(_insert_thread_sql("a" * 26))
-    assert time.monotonic() - started < 1.0  # far less than the 5 s busy timeout
+    # at once: the busy handler is not even consulted (it would have waited the full 20 s)
+    assert time.monotonic() - started < BUSY_TIMEOUT_S / 2
     a.execute("ROLLBACK")
     a.close()
 
@@ -184,3 +189,29 @@ async def test_a_deferred_read_then_write_fails_at_once_but_the_store_waits_for_
     assert stored[0].seq == 2
     assert (await store.resolve("T-" + "b" * 26)).thread.id == "b" * 26
     await store.close()
+
+
+async def test_opening_a_new_database_waits_for_another_process_creating_it(
+    tmp_path: Path,
+) -> None:
+    """Two processes creating the same database at once: while one holds the write lock on the
+    still-empty file, the other's switch to WAL (a read transaction upgraded to a write one
+    inside SQLite, which never consults the busy handler) would fail at once with "database is
+    locked". Opening must wait for the lock instead."""
+    path = tmp_path / "new.db"
+    path.touch(mode=0o600)
+    other = _raw(path)
+    other.execute("BEGIN IMMEDIATE")  # the other creator, mid-way, on a file not yet in WAL
+    holder = threading.Timer(0.3, other.execute, args=("COMMIT",))
+    holder.start()
+    try:
+        store = await Store.open(str(path))
+    finally:
+        holder.join()
+        other.close()
+    try:
+        assert await _pragma(store, "journal_mode", write=False) == "wal"
+        t = await store.create_thread(kind="lead", messages=[user("x")])
+        assert (await store.get_thread(t.id)).head_seq == 1
+    finally:
+        await store.close()
