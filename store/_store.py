@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import sqlite3
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -35,7 +36,12 @@ from ._models import (
     Usage,
     UsageRecord,
 )
-from ._rows import MESSAGE_COLUMNS, THREAD_COLUMNS, message_from_row, thread_from_row
+from ._rows import (
+    MESSAGE_COLUMNS,
+    THREAD_COLUMNS,
+    messages_from_rows,
+    thread_from_row,
+)
 from ._tables import checkpoints, dispatches, messages, threads, usage
 from .errors import (
     AmbiguousRef,
@@ -107,7 +113,7 @@ class _Ancestry:
 
 class Store:
     """Threads persisted as they happen. Open with ``await Store.open(url)`` or
-    ``async with Store.open(url) as store`` (the schema is upgraded to head on open)."""
+    ``async with await Store.open(url) as store`` (the schema is upgraded to head on open)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -408,21 +414,14 @@ class Store:
         self, conn: AsyncConnection, thread_id: str, start: int, end: int | None
     ) -> list[Message]:
         head, chain = await self._chain(conn, thread_id)
-        hi = head if end is None else min(end, head)
         out: list[Message] = []
-        upper = hi
-        for owner, after in chain:
-            lo_seg, hi_seg = max(start, after + 1), upper
-            if lo_seg <= hi_seg:
-                rows = await conn.execute(
-                    sa.select(*MESSAGE_COLUMNS)
-                    .where(messages.c.thread_id == owner, messages.c.seq.between(lo_seg, hi_seg))
-                    .order_by(messages.c.seq)
-                )
-                out[:0] = [message_from_row(r) for r in rows]
-            upper = min(upper, after)  # an ancestor's segment never reaches past ``end``
-            if upper < start:
-                break
+        for owner, lo, hi in segments(head, chain, start, end):
+            rows = await conn.execute(
+                sa.select(*MESSAGE_COLUMNS)
+                .where(messages.c.thread_id == owner, messages.c.seq.between(lo, hi))
+                .order_by(messages.c.seq)
+            )
+            out.extend(messages_from_rows(rows))
         return out
 
     async def ancestry(self, thread_id: str) -> list[tuple[str, int]]:
@@ -445,6 +444,10 @@ class Store:
     ) -> list[Message]:
         """The visible history of a thread (inherited messages of a fork included), or the
         range ``start..end`` (inclusive; ``end=None`` means to the end)."""
+        if self.db.raw is not None:
+            return await self.db.raw.run(
+                lambda c: raw_read_range(c, thread_id, start, end), where="reading messages"
+            )
         return await self.db.read(
             lambda c: self._read_range(c, thread_id, start, end), where="reading messages"
         )
@@ -1021,6 +1024,57 @@ def _usage_row(thread_id: str, seq: int | None, rec: UsageRecord, now: Any) -> d
         "cost_usd": rec.cost_usd,
         "created_at": now,
     }
+
+
+def segments(
+    head: int, chain: Sequence[tuple[str, int]], start: int, end: int | None
+) -> list[tuple[str, int, int]]:
+    """Which rows hold messages ``start..end`` of a thread whose head is ``head`` and whose
+    ancestry is ``chain`` ([(owner, owns seqs after this)…], the thread first): [(owner, lo, hi)]
+    in seq order."""
+    upper = head if end is None else min(end, head)
+    out: list[tuple[str, int, int]] = []
+    for owner, after in chain:
+        lo = max(start, after + 1)
+        if lo <= upper:
+            out.append((owner, lo, upper))
+        upper = min(upper, after)  # an ancestor's segment never reaches past ``end``
+        if upper < start:
+            break
+    out.reverse()
+    return out
+
+
+_RAW_CHAIN = """
+WITH RECURSIVE chain(id, parent, after, head, depth) AS (
+    SELECT id, forked_from_id, COALESCE(forked_at_seq, 0), head_seq, 0 FROM threads WHERE id = ?
+    UNION ALL
+    SELECT t.id, t.forked_from_id, COALESCE(t.forked_at_seq, 0), t.head_seq, c.depth + 1
+    FROM threads t JOIN chain c ON t.id = c.parent
+)
+SELECT id, after, head FROM chain ORDER BY depth
+"""
+_RAW_MESSAGES = (
+    "SELECT thread_id, seq, role, content, created_at FROM messages"
+    " WHERE thread_id = ? AND seq BETWEEN ? AND ? ORDER BY seq"
+)
+
+
+def raw_read_range(
+    conn: sqlite3.Connection, thread_id: str, start: int, end: int | None
+) -> list[Message]:
+    """``Store.messages`` on SQLite, in one call on a plain sqlite3 connection (the read path's
+    hot spot is SQLAlchemy's async machinery, not SQLite): the ancestry in one recursive query,
+    then one indexed select per segment."""
+    chain_rows = conn.execute(_RAW_CHAIN, (thread_id,)).fetchall()
+    if not chain_rows:
+        raise ThreadNotFound(f"no thread {format_ref(thread_id)}")
+    head = int(chain_rows[0][2])
+    chain = [(str(r[0]), int(r[1])) for r in chain_rows]
+    rows: list[Any] = []
+    for owner, lo, hi in segments(head, chain, start, end):
+        rows.extend(conn.execute(_RAW_MESSAGES, (owner, lo, hi)))
+    return messages_from_rows(rows)
 
 
 def _message_rows(
