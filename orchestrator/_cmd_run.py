@@ -152,6 +152,14 @@ def demo(ctx: click.Context, keep: str | None) -> None:
     app = get_app(ctx)
     from ._jobfile import load_job
 
+    check = subprocess.run(
+        [sys.executable, "-c", "import pytest"], capture_output=True, check=False, timeout=60
+    )
+    if check.returncode != 0:
+        raise CliError(
+            "the demo's sample repository runs its tests with pytest, which is not installed"
+            " for this Python: pip install 'threadloom[demo]' (or pip install pytest)"
+        )
     bundle = resources.files("orchestrator").joinpath("demo")
     if keep:
         target = Path(keep).resolve()
