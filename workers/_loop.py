@@ -33,6 +33,7 @@ from store import (
     NewMessage,
     Result,
     Status,
+    StatusError,
     Store,
     TextBlock,
     ToolResultBlock,
@@ -262,30 +263,52 @@ async def run_thread(
         title=info.title,
         after_tools=after_tools,
     )
-    try:
-        await store.acquire_lease(thread_id, me, ttl_s=cfg.lease_ttl_s)
-    except LeaseHeld as held:
-        if not owner_is_dead(held.owner):
-            raise
-        log.warning("lease.taken_over", thread=info.ref, dead_owner=held.owner)
-        await store.acquire_lease(thread_id, me, ttl_s=cfg.lease_ttl_s, replace=held.owner)
-    renewer = asyncio.create_task(_renew(store, thread_id, me, cfg.lease_ttl_s))
     bound = structlog.contextvars.bound_contextvars(
         thread=info.ref, job=format_ref(info.job_id), task=run.task_key
     )
     bound.__enter__()
+    renewer: asyncio.Task[None] | None = None
     try:
-        await store.set_status(thread_id, Status.RUNNING)
+        # inside the try: a cancellation that lands just after the lease was written must
+        # still release it (the write itself is finished even if we are cancelled)
+        await _acquire(store, info.ref, thread_id, me, cfg.lease_ttl_s)
+        renewer = asyncio.create_task(_renew(store, thread_id, me, cfg.lease_ttl_s))
+        try:
+            await store.set_status(thread_id, Status.RUNNING)
+        except asyncio.CancelledError:
+            await finish_uncancelled(_interrupt_if_running(store, thread_id))
+            raise
         run.emit("started", status=Status.RUNNING)
         log.info("thread.started", kind=str(info.kind), model=model.spec)
         return await _drive(run)
     finally:
-        renewer.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await renewer
+        if renewer is not None:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await renewer
         with contextlib.suppress(Exception):
+            # a no-op unless ``me`` holds the lease
             await asyncio.shield(store.release_lease(thread_id, me))
         bound.__exit__(None, None, None)
+
+
+async def _acquire(store: Store, ref: str, thread_id: str, me: str, ttl: float) -> None:
+    try:
+        await store.acquire_lease(thread_id, me, ttl_s=ttl)
+    except LeaseHeld as held:
+        if not owner_is_dead(held.owner):
+            raise
+        log.warning("lease.taken_over", thread=ref, dead_owner=held.owner)
+        await store.acquire_lease(thread_id, me, ttl_s=ttl, replace=held.owner)
+
+
+async def _interrupt_if_running(store: Store, thread_id: str) -> None:
+    try:
+        await store.set_status(
+            thread_id, Status.INTERRUPTED, error="interrupted", expect=[Status.RUNNING]
+        )
+    except StatusError:
+        pass  # it never started running: nothing to mark
 
 
 async def _renew(store: Store, thread_id: str, owner: str, ttl: float) -> None:

@@ -369,3 +369,42 @@ async def test_empty_text_blocks_are_never_stored(store: Store, workspace: Path)
     await run(store, tid, scripted(reply, submit()), workspace)
     assistant = (await store.messages(tid))[1]
     assert [b.type for b in assistant.content] == ["tool_use"]
+
+
+async def test_a_run_cancelled_at_any_early_step_never_leaves_its_lease_or_a_running_status(
+    store: Store, workspace: Path
+) -> None:
+    # sweep the cancellation point across the start of a run: leasing, RUNNING, the first call
+    for steps in range(0, 60, 3):
+        tid = await new_worker(store)
+        task = asyncio.create_task(run(store, tid, scripted(submit()), workspace))
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        info = await store.get_thread(tid)
+        assert info.lease_owner is None, steps
+        assert info.status in (Status.QUEUED, Status.INTERRUPTED, Status.DONE), (steps, info.status)
+        # and it can be run again at once
+        outcome = await run(store, tid, scripted(submit()), workspace)
+        assert outcome.status == Status.DONE, steps
+
+
+async def test_a_run_cancelled_while_its_lease_is_being_written_releases_it(
+    store: Store, workspace: Path
+) -> None:
+    tid = await new_worker(store)
+    task = asyncio.create_task(run(store, tid, scripted(submit()), workspace))
+    # the run's first write is its lease: cancel exactly while that write is in flight
+    while not store._lock.locked():
+        await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    info = await store.get_thread(tid)
+    assert info.lease_owner is None
+    outcome = await run(store, tid, scripted(submit()), workspace)
+    assert outcome.status == Status.DONE
