@@ -6,11 +6,24 @@ observable, a spend-limit 429 can stop at once, and the two providers behave ali
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+import structlog
+
+from workers.errors import (
+    ContextTooLong,
+    ModelError,
+    ProviderRejected,
+    ProviderUnavailable,
+    SpendLimitReached,
+)
+
+log = structlog.get_logger("threadloom.providers")
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504, 529})
 """Request timeout, rate limited, server errors and Anthropic's 529 ``overloaded_error``.
@@ -37,11 +50,55 @@ class RetryPolicy:
         if self.backoff_base < 0 or self.backoff_cap < 0 or self.retry_after_cap < 0:
             raise ValueError("backoff_base, backoff_cap and retry_after_cap must be >= 0")
 
+    async def back_off(
+        self,
+        attempt: int,
+        *,
+        what: str,
+        reason: str,
+        status: int | None,
+        retry_after: float | None,
+        failure: BaseException | None,
+        provider: str,
+        model: str,
+    ) -> None:
+        """After failed attempt ``attempt``: give up with ``ProviderUnavailable`` when the
+        retries are spent, else log and sleep the backoff (or the server's Retry-After)."""
+        if attempt > self.max_retries:
+            raise ProviderUnavailable(
+                f"{what}: {reason} (gave up after {attempt} attempts)",
+                attempts=attempt,
+                status_code=status,
+            ) from failure
+        delay = self.delay(attempt, retry_after)
+        log.warning(
+            "model.retrying",
+            provider=provider,
+            model=model,
+            attempt=attempt,
+            status=status,
+            reason=reason,
+            delay_s=round(delay, 3),
+        )
+        await asyncio.sleep(delay)
+
     def delay(self, retry: int, retry_after: float | None = None) -> float:
         if retry_after is not None and retry_after >= 0:
             return min(retry_after, self.retry_after_cap)
         ceiling = min(self.backoff_cap, self.backoff_base * 2 ** max(retry - 1, 0))
         return random.uniform(ceiling / 2, ceiling)
+
+
+def final_error(status: int, *, too_long: bool, spend_limit: bool) -> type[ModelError] | None:
+    """The error an HTTP status ends with (None: retry it). ``too_long``/``spend_limit`` say
+    whether the provider's error text reads that way (each provider words them its own way)."""
+    if status == 413 or (status == 400 and too_long):
+        return ContextTooLong
+    if status == 402 or (status in (400, 403, 429) and spend_limit):
+        return SpendLimitReached
+    if status in RETRYABLE_STATUS or (status >= 500 and status != 501):
+        return None
+    return ProviderRejected
 
 
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:

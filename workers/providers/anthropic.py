@@ -30,7 +30,6 @@ other 4xx are ``ProviderRejected``; a retryable failure on the last attempt is
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 from collections.abc import Sequence
@@ -51,16 +50,12 @@ from store import (
 from workers._protocol import ModelRequest, ModelResponse, StopReason, ToolSpec
 from workers.errors import (
     BadModelResponse,
-    ContextTooLong,
     ModelError,
     ModelSpecError,
-    ProviderRejected,
-    ProviderUnavailable,
-    SpendLimitReached,
 )
 
 from ._pricing import cost_usd
-from ._retry import RETRYABLE_STATUS, RetryPolicy, parse_retry_after
+from ._retry import RetryPolicy, final_error, parse_retry_after
 
 if TYPE_CHECKING:
     from anthropic.types import Message as SDKMessage
@@ -188,36 +183,27 @@ class AnthropicModel:
             else:
                 return _to_response(message, self._model)
 
-            if attempt > self._policy.max_retries:
-                raise ProviderUnavailable(
-                    f"anthropic {self._model}: {reason} (gave up after {attempt} attempts)",
-                    attempts=attempt,
-                    status_code=status,
-                ) from failure
-            delay = self._policy.delay(attempt, retry_after)
-            log.warning(
-                "model.retrying",
+            await self._policy.back_off(
+                attempt,
+                what=f"anthropic {self._model}",
+                reason=reason,
+                status=status,
+                retry_after=retry_after,
+                failure=failure,
                 provider="anthropic",
                 model=self._model,
-                attempt=attempt,
-                status=status,
-                reason=reason,
-                delay_s=round(delay, 3),
             )
-            await asyncio.sleep(delay)
 
     def _raise_if_final(self, exc: anthropic.APIStatusError, attempt: int) -> None:
         """Raise our error for a status that must not be retried; return if it may be."""
         status = exc.status_code
         text = _error_message(exc)
         what = f"anthropic {self._model}: HTTP {status} {_error_type(exc)}: {text}"
-        if status == 413 or (status == 400 and _TOO_LONG.search(text)):
-            raise ContextTooLong(what, attempts=attempt, status_code=status) from exc
-        if status == 402 or (status in (400, 403, 429) and _is_spend_limit(text)):
-            raise SpendLimitReached(what, attempts=attempt, status_code=status) from exc
-        if status in RETRYABLE_STATUS or (status >= 500 and status != 501):
-            return
-        raise ProviderRejected(what, attempts=attempt, status_code=status) from exc
+        error = final_error(
+            status, too_long=bool(_TOO_LONG.search(text)), spend_limit=_is_spend_limit(text)
+        )
+        if error is not None:
+            raise error(what, attempts=attempt, status_code=status) from exc
 
 
 # --- request ------------------------------------------------------------------------------------

@@ -29,7 +29,6 @@ spend/usage/credit limit) is ``SpendLimitReached`` at once; a 413 or a context-l
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -51,14 +50,11 @@ from store import (
 from workers._protocol import ModelRequest, ModelResponse, StopReason
 from workers.errors import (
     BadModelResponse,
-    ContextTooLong,
-    ProviderRejected,
     ProviderUnavailable,
-    SpendLimitReached,
 )
 
 from ._pricing import cost_usd
-from ._retry import RETRYABLE_STATUS, RetryPolicy, parse_retry_after
+from ._retry import RetryPolicy, final_error, parse_retry_after
 
 log = structlog.get_logger(__name__)
 
@@ -179,36 +175,28 @@ class OpenAIChatModel:
                 retry_after = parse_retry_after(response.headers)
                 failure = ProviderUnavailable(_error_text(response), status_code=status)
                 reason = f"HTTP {status}: {_error_text(response)}"
-            if attempt > self._policy.max_retries:
-                raise ProviderUnavailable(
-                    f"openai {self._model} at {self._url}: {reason} "
-                    f"(gave up after {attempt} attempts)",
-                    attempts=attempt,
-                    status_code=status,
-                ) from failure
-            delay = self._policy.delay(attempt, retry_after)
-            log.warning(
-                "model.retrying",
+            await self._policy.back_off(
+                attempt,
+                what=f"openai {self._model} at {self._url}",
+                reason=reason,
+                status=status,
+                retry_after=retry_after,
+                failure=failure,
                 provider="openai",
                 model=self._model,
-                attempt=attempt,
-                status=status,
-                reason=reason,
-                delay_s=round(delay, 3),
             )
-            await asyncio.sleep(delay)
 
     def _raise_if_final(self, response: httpx.Response, attempt: int) -> None:
         status = response.status_code
         text = _error_text(response)
         what = f"openai {self._model} at {self._url}: HTTP {status}: {text}"
-        if status == 413 or (status == 400 and _TOO_LONG.search(text)):
-            raise ContextTooLong(what, attempts=attempt, status_code=status)
-        if status == 402 or (status in (400, 403, 429) and _SPEND_LIMIT.search(text)):
-            raise SpendLimitReached(what, attempts=attempt, status_code=status)
-        if status in RETRYABLE_STATUS or (status >= 500 and status != 501):
-            return
-        raise ProviderRejected(what, attempts=attempt, status_code=status)
+        error = final_error(
+            status,
+            too_long=bool(_TOO_LONG.search(text)),
+            spend_limit=bool(_SPEND_LIMIT.search(text)),
+        )
+        if error is not None:
+            raise error(what, attempts=attempt, status_code=status)
 
 
 # --- request ------------------------------------------------------------------------------------
