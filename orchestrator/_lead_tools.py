@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import Field
 
@@ -48,6 +48,16 @@ def result_payload(info: ThreadInfo, outcome: RunOutcome | None = None) -> dict[
     return payload
 
 
+InputT = TypeVar("InputT", bound=ToolInput)
+
+
+class JobTool(Tool[InputT]):
+    """A lead tool: bound to the running job's runtime."""
+
+    def __init__(self, rt: JobRuntime) -> None:
+        self.rt = rt
+
+
 class TaskInput(ToolInput):
     id: str | None = Field(None, description="A short unique id for the task, e.g. 'tokenizer'")
     title: str = Field(description="One line saying what the task is")
@@ -63,7 +73,7 @@ class DispatchInput(ToolInput):
     tasks: list[TaskInput] = Field(min_length=1, max_length=MAX_TASKS_PER_DISPATCH)
 
 
-class DispatchTool(Tool[DispatchInput]):
+class DispatchTool(JobTool[DispatchInput]):
     name: ClassVar[str] = "dispatch"
     description: ClassVar[str] = (
         "Run tasks on fresh-context workers in parallel (up to the job's max_parallel at once)."
@@ -71,9 +81,6 @@ class DispatchTool(Tool[DispatchInput]):
     )
     Input = DispatchInput
     replay_safe: ClassVar[bool] = True  # dispatch rows make a replay reuse its workers
-
-    def __init__(self, rt: JobRuntime) -> None:
-        self.rt = rt
 
     async def run(self, args: DispatchInput, ctx: ToolContext) -> ToolOutput:
         ids = [t.id for t in args.tasks if t.id]
@@ -155,16 +162,13 @@ class AskThreadInput(ToolInput):
     question: str = Field(min_length=1)
 
 
-class AskThreadTool(Tool[AskThreadInput]):
+class AskThreadTool(JobTool[AskThreadInput]):
     name: ClassVar[str] = "ask_thread"
     description: ClassVar[str] = (
         "A reader with a fresh context reads that thread's transcript and answers the question"
         " with citations (T-…#n); every citation returned is checked to resolve."
     )
     Input = AskThreadInput
-
-    def __init__(self, rt: JobRuntime) -> None:
-        self.rt = rt
 
     async def run(self, args: AskThreadInput, ctx: ToolContext) -> ToolOutput:
         try:
@@ -208,7 +212,7 @@ class SearchInput(ToolInput):
     limit: int = Field(20, ge=1, le=100)
 
 
-class SearchThreadsTool(Tool[SearchInput]):
+class SearchThreadsTool(JobTool[SearchInput]):
     name: ClassVar[str] = "search_threads"
     description: ClassVar[str] = (
         "Full-text search over every message of every thread of this job; hits are refs"
@@ -216,9 +220,6 @@ class SearchThreadsTool(Tool[SearchInput]):
     )
     Input = SearchInput
     replay_safe: ClassVar[bool] = True
-
-    def __init__(self, rt: JobRuntime) -> None:
-        self.rt = rt
 
     async def run(self, args: SearchInput, ctx: ToolContext) -> ToolOutput:
         hits = await self.rt.store.search(args.query, job_id=self.rt.lead_id, limit=args.limit)
@@ -232,16 +233,13 @@ class ResumeInput(ToolInput):
     message: str = Field(min_length=1, description="What the worker should do next")
 
 
-class ResumeThreadTool(Tool[ResumeInput]):
+class ResumeThreadTool(JobTool[ResumeInput]):
     name: ClassVar[str] = "resume_thread"
     description: ClassVar[str] = (
         "Send a worker more instructions: it continues with its whole history and returns a new"
         " distilled result. Same ref."
     )
     Input = ResumeInput
-
-    def __init__(self, rt: JobRuntime) -> None:
-        self.rt = rt
 
     async def run(self, args: ResumeInput, ctx: ToolContext) -> ToolOutput:
         info = await _job_worker(self.rt, args.ref)
@@ -259,16 +257,13 @@ class ForkInput(ToolInput):
     at: int | None = Field(None, ge=1, description="Fork after this message (default: the end)")
 
 
-class ForkThreadTool(Tool[ForkInput]):
+class ForkThreadTool(JobTool[ForkInput]):
     name: ClassVar[str] = "fork_thread"
     description: ClassVar[str] = (
         "A new worker sharing a worker's history up to message `at`, then your message; runs to"
         " the end and returns its distilled result with its new ref. The original is untouched."
     )
     Input = ForkInput
-
-    def __init__(self, rt: JobRuntime) -> None:
-        self.rt = rt
 
     async def run(self, args: ForkInput, ctx: ToolContext) -> ToolOutput:
         src = await _job_worker(self.rt, args.ref)
@@ -296,7 +291,7 @@ class MergeInput(ToolInput):
     )
 
 
-class MergeTool(Tool[MergeInput]):
+class MergeTool(JobTool[MergeInput]):
     name: ClassVar[str] = "merge"
     description: ClassVar[str] = (
         "Merge workers' branches, in order, into the job branch (never into the user's checked-out"
@@ -305,9 +300,6 @@ class MergeTool(Tool[MergeInput]):
         " run `git merge <branch>` and fix the files), then merge that worker's branch."
     )
     Input = MergeInput
-
-    def __init__(self, rt: JobRuntime) -> None:
-        self.rt = rt
 
     async def run(self, args: MergeInput, ctx: ToolContext) -> ToolOutput:
         from ._isolation import merge_refs
