@@ -93,7 +93,7 @@ async def _orchestrate(
     if code and outcome.error:
         # the run's document, with its error in SPEC's error shape; and the one-line error
         data["error"] = {"code": code, "message": outcome.error}
-        from ._redact import redact
+        from store import redact
 
         sys.stderr.write(
             redact(f"threadloom: error: {outcome.ref} ended {outcome.status}: {outcome.error}\n")

@@ -81,7 +81,7 @@ def is_expected(exc: BaseException) -> bool:
 
 def one_line(exc: BaseException) -> str:
     """The error's message on one line (what is wrong and where), secrets redacted."""
-    from ._redact import redact
+    from store import redact
 
     if exit_code_for(exc) == EXIT_INTERRUPTED:
         return "interrupted"

@@ -13,10 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from store import Status, format_ref
+from store import Status, format_ref, redact
 from workers import LoopEvent
-
-from ._redact import redact
 
 
 @dataclass

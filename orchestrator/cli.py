@@ -44,8 +44,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from store import redact, redact_data
+
 from ._errors import EXIT_INTERRUPTED, EXIT_USAGE, exit_code_for, one_line
-from ._redact import redact, redact_data
 from ._render import Printer, dumps
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ class AppContext:
 class Output:
     """What a command produced: ``data`` is its ``--json`` document; ``text`` its text output,
     either a string written as is or a function that writes through a ``Printer``. Both are
-    redacted (``orchestrator._redact``) unless ``redact`` is False — transcripts shown or
+    redacted (``store.redact``) unless ``redact`` is False — transcripts shown or
     exported as the record (``show``/``export`` without ``--redact``)."""
 
     data: Any

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import _redact
 from orchestrator._errors import one_line
-from orchestrator._redact import redact, redact_data
 from orchestrator.logging import configure_logging, get_logger, set_job_log_dir
+from store import redact, redact_data, refresh_secrets
 from tests.e2e.conftest import Env
 
 ANT = "sk-ant-api03-" + "A1b2C3d4" * 8
@@ -32,9 +31,9 @@ def _fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "plain-configured-key-123")
     monkeypatch.setenv("MY_SERVICE_PASSWORD", "hunter2hunter2")
     monkeypatch.setenv("SHORT_TOKEN", "abc")
-    _redact.refresh()
+    refresh_secrets()
     yield
-    _redact.refresh()
+    refresh_secrets()
 
 
 @pytest.mark.parametrize(

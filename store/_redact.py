@@ -6,7 +6,7 @@ Two kinds of secret are masked:
 - configured values: the values of ``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY`` and
   ``ANTHROPIC_AUTH_TOKEN``, and of every environment variable whose name contains KEY, SECRET,
   TOKEN or PASSWORD and whose value is at least 8 characters, read from the environment the first
-  time they are needed (``refresh()`` re-reads it) — replaced by ``[REDACTED]``;
+  time they are needed (``refresh_secrets()`` re-reads it) — replaced by ``[REDACTED]``;
 - values that look like common secret formats wherever they appear: Anthropic (``sk-ant-…``) and
   OpenAI (``sk-…``, ``sk-proj-…``) keys, AWS access key ids (``AKIA…``) and the 40-character
   secret after ``aws_secret_access_key``, GitHub tokens (``ghp_ gho_ ghu_ ghs_ ghr_
@@ -65,7 +65,7 @@ def configured_secrets(environ: Mapping[str, str] | None = None) -> tuple[str, .
     return tuple(sorted(found, key=len, reverse=True))
 
 
-def refresh(environ: Mapping[str, str] | None = None) -> None:
+def refresh_secrets(environ: Mapping[str, str] | None = None) -> None:
     """Re-read the configured secrets (from ``environ``, default the process environment)."""
     global _configured
     _configured = configured_secrets(environ)
@@ -74,7 +74,7 @@ def refresh(environ: Mapping[str, str] | None = None) -> None:
 def redact(text: str) -> str:
     """``text`` with every configured secret and secret-looking value masked."""
     if _configured is None:
-        refresh()
+        refresh_secrets()
     assert _configured is not None
     for value in _configured:
         if value in text:
