@@ -62,3 +62,21 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/blocked-by-tests")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under CI the sandbox and the ripgrep path are tested for real, never skipped: a missing
+    ``bwrap`` or ``rg`` (or a bubblewrap that does not work here) fails the run at once."""
+    import os
+    import shutil
+
+    if not os.environ.get("CI"):
+        return
+    missing = [tool for tool in ("bwrap", "rg") if shutil.which(tool) is None]
+    if missing:
+        pytest.exit(f"CI needs {', '.join(missing)} installed (see .ci/run)", returncode=1)
+    from workers.tools._sandbox import sandbox_status
+
+    status = sandbox_status()
+    if not status.available:
+        pytest.exit(f"CI needs a working bubblewrap: {status.reason}", returncode=1)
