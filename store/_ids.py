@@ -78,14 +78,21 @@ class ThreadRef:
         ident = ident.lower()
         if len(ident) < MIN_PREFIX or len(ident) > ID_LENGTH or not _ID_CHARS.match(ident):
             raise RefSyntaxError(
-                f"bad ref {text!r}: expected T-<id> with at least {MIN_PREFIX} id characters"
+                f"bad ref {_shown(text)}: expected T-<id> with at least {MIN_PREFIX} id characters"
                 " (0-9, a-z without i, l, o, u), optionally #N, #A-B or #A-"
             )
         if not sep:
             return cls(ident)
-        m = re.fullmatch(r"(\d+)(?:(-)(\d+)?)?", anchor)
+        # ASCII digits only: ``\d`` would take ``#٣`` (an Arabic-Indic three) for ``#3``
+        m = re.fullmatch(r"([0-9]+)(?:(-)([0-9]+)?)?", anchor)
         if not m:
-            raise RefSyntaxError(f"bad ref {text!r}: the anchor must be #N, #A-B or #A-")
+            raise RefSyntaxError(
+                f"bad ref {_shown(text)}: the anchor must be #N, #A-B or #A- (ASCII digits)"
+            )
+        if any(len(g) > MAX_SEQ_DIGITS for g in (m.group(1), m.group(3)) if g):
+            raise RefSyntaxError(
+                f"bad ref {_shown(text)}: a message number has at most {MAX_SEQ_DIGITS} digits"
+            )
         start = int(m.group(1))
         if m.group(2) is None:
             end: int | None = start
@@ -95,7 +102,7 @@ class ThreadRef:
         else:
             end, open_end = int(m.group(3)), False
         if start < 1 or (end is not None and end < start):
-            raise RefSyntaxError(f"bad ref {text!r}: message numbers start at 1 and A <= B")
+            raise RefSyntaxError(f"bad ref {_shown(text)}: message numbers start at 1 and A <= B")
         return cls(ident, start, end, open_end)
 
     @property
@@ -112,6 +119,17 @@ class ThreadRef:
 
     def __str__(self) -> str:
         return format_ref(self.id, self.start, None if self.open_end else self.end, self.open_end)
+
+
+MAX_SEQ_DIGITS = 18
+"""A message number longer than this is refused as syntax (it could never name a message)."""
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    """A bad ref as quoted in an error: repr'd, and cut so a 5,000-character ref stays one line."""
+    if len(text) <= limit:
+        return repr(text)
+    return repr(text[:limit]) + f"… ({len(text)} characters)"
 
 
 def format_ref(

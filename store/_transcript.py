@@ -37,11 +37,13 @@ def parse_transcript(text: str | Iterable[str], *, source: str = "transcript") -
 
     Raises ``ImportFormatError`` (with ``line`` set) at the first bad line; ``source`` names the
     file in the message."""
-    lines = text.splitlines() if isinstance(text, str) else text
+    # JSON Lines ends a line at "\n" only: ``str.splitlines`` would also split inside strings
+    # holding U+2028, U+2029 or U+0085, which ``export`` writes unescaped
+    lines = text.split("\n") if isinstance(text, str) else text
     out: list[NewMessage] = []
     pending: tuple[str, ...] = ()
     for lineno, raw in enumerate(lines, start=1):
-        line = raw.strip()
+        line = raw.strip(" \t\r\n\ufeff" if lineno == 1 else " \t\r\n")
         if not line:
             continue
 
@@ -49,9 +51,18 @@ def parse_transcript(text: str | Iterable[str], *, source: str = "transcript") -
             return ImportFormatError(f"{source}:{lineno}: {what}", line=lineno)
 
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, parse_constant=_no_constant)
         except json.JSONDecodeError as err:
             raise bad(f"bad JSON: {err.msg} (column {err.colno})") from None
+        except _NotJSON as err:
+            raise bad(f"bad JSON: {err}") from None
+        except RecursionError:
+            raise bad("bad JSON: nested too deeply to parse") from None
+        except ValueError as err:  # e.g. an integer of more digits than Python converts
+            raise bad(f"bad JSON: {err}") from None
+        problem = _unstorable(obj)
+        if problem:
+            raise bad(problem)
         msg = _message(obj, bad)
         try:
             pending = check_append(pending, len(out), [msg])
@@ -59,6 +70,42 @@ def parse_transcript(text: str | Iterable[str], *, source: str = "transcript") -
             raise bad(str(err)) from None
         out.append(msg)
     return out
+
+
+MAX_DEPTH = 64
+"""How deep a message's JSON may nest; content blocks need five levels."""
+
+
+class _NotJSON(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotJSON(f"{name} is not JSON (standard JSON has no NaN or Infinity)")
+
+
+def _unstorable(obj: Any) -> str | None:
+    """Why ``obj`` cannot be stored as UTF-8 JSON (too deep, a lone surrogate), or None."""
+    stack: list[tuple[Any, int, str]] = [(obj, 0, "")]
+    while stack:
+        value, depth, where = stack.pop()
+        if depth > MAX_DEPTH:
+            return f"nested deeper than {MAX_DEPTH} levels (at {where or 'the top'})"
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as err:
+                return (
+                    f"{where or 'a string'} holds a lone surrogate "
+                    f"(U+{ord(value[err.start]):04X}), which is not valid Unicode text"
+                )
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                stack.append((key, depth + 1, f"{where}.{key}" if where else str(key)))
+                stack.append((item, depth + 1, f"{where}.{key}" if where else str(key)))
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1, f"{where}[{i}]") for i, item in enumerate(value))
+    return None
 
 
 def transcript_line(message: NewMessage) -> str:
