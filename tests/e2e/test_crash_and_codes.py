@@ -17,6 +17,33 @@ from tests.e2e.conftest import Env, bash, submit
 from tests.e2e.test_jobs import db_read
 from tests.fakes.messages_api import FakeMessagesAPI, scripted_responder
 
+SLOW_SLEEP = f"30.{os.getpid()}1"
+"""The slow workers' ``sleep`` argument: unique to this test process, so the processes a killed
+run left behind can be found on the host by their command line (the pid a sandboxed shell sees
+is its PID namespace's, not the host's)."""
+
+
+def surviving_sleepers() -> list[int]:
+    """Host pids of processes still running this module's slow ``sleep``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if SLOW_SLEEP.encode() in cmdline and b"pytest" not in cmdline:
+            found.append(int(entry))
+    return found
+
+
+def wait_until_gone(timeout: float = 15) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while (left := surviving_sleepers()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
 
 def crashable_job(env: Env, name: str) -> Path:
     return env.job(
@@ -26,7 +53,10 @@ def crashable_job(env: Env, name: str) -> Path:
             {"match": "(?m)^Task a:", "turns": [bash("echo a >> a.log"), submit("a done")]},
             {
                 "match": "(?m)^Task [bc]:",
-                "turns": [bash("echo $PPID >> slow.log; sleep 30"), submit("slow one done")],
+                "turns": [
+                    bash(f"echo $PPID >> slow.log; sleep {SLOW_SLEEP}"),
+                    submit("slow one done"),
+                ],
             },
         ],
         [
@@ -87,8 +117,12 @@ def test_sigkill_mid_job_then_resume_of_the_lead_completes_the_job(env: Env) -> 
         ),
         proc,
     )
+    assert len(surviving_sleepers()) == 2  # the kill lands mid-tool: both slow shells run
     proc.kill()
     proc.communicate()
+    # the killed run's commands die with it (sandbox: --die-with-parent and its PID namespace;
+    # plain runner: the exec helper's parent-death signal), so nothing writes after resume
+    assert wait_until_gone() == []
 
     lead = env.run("--json", "ls", "--kind", "lead").json[0]["ref"]
     res = env.run("--json", "resume", lead, timeout=180)
@@ -99,8 +133,7 @@ def test_sigkill_mid_job_then_resume_of_the_lead_completes_the_job(env: Env) -> 
     workers = env.run("--json", "ls", "--kind", "worker").json
     assert len(workers) == 3 and all(w["status"] == "done" for w in workers)
     _all_answered(env, lead)
-    for pid in _lines(slow):  # the killed run's shells are gone or orphaned, never re-run
-        assert pid.strip()
+    assert surviving_sleepers() == []
 
 
 def test_ctrl_c_leaves_threads_interrupted_and_exits_130(env: Env) -> None:
