@@ -23,7 +23,7 @@ T = TypeVar("T")
 
 
 def trials() -> int:
-    return max(1, int(os.environ.get("THREADLOOM_FAULT_TRIALS", "30")))
+    return max(1, int(os.environ.get("THREADLOOM_FAULT_TRIALS", "12")))
 
 
 def seed() -> int:

@@ -76,10 +76,15 @@ def _cli(root: Path, *args: str, timeout: float = 120) -> subprocess.CompletedPr
     )
 
 
+WORKER_TURNS = len(TASKS) * (STEPS + 1)
+"""Turns the workers store in a full run; the lead's report comes after all of them."""
+
+
 @dataclass
 class Trial:
     index: int
     delay: float
+    after_turns: int | None = None
     outcome: str = ""
     problems: list[str] = field(default_factory=list)
     reported: int = 0
@@ -95,8 +100,14 @@ def _leads(db: Path) -> list[str]:
     return with_store(db, go)
 
 
-def run_trial(root: Path, index: int, delay: float) -> Trial:
-    trial = Trial(index, delay)
+async def _lead_status(store: Store, lead: str) -> Status:
+    return (await store.get_thread(lead[2:])).status
+
+
+def run_trial(root: Path, index: int, delay: float, after_turns: int | None) -> Trial:
+    """Kill the run ``delay`` seconds after it has reported ``after_turns`` stored turns (or,
+    with ``after_turns`` None, ``delay`` seconds after the process started: start-up)."""
+    trial = Trial(index, delay, after_turns)
     job = _job(root)
     db = root / "threads.db"
     proc = subprocess.Popen(
@@ -106,17 +117,16 @@ def run_trial(root: Path, index: int, delay: float) -> Trial:
         stderr=subprocess.PIPE,
         text=True,
     )
-    if delay >= 0:
-        # from the moment the job exists (its log file appears): dispatch, tools, the end
+    if after_turns is not None:
+        # counted in stored turns, not seconds, so the kill lands inside the job wherever the
+        # machine's speed puts it: dispatch, any tool call, any worker's submission
         limit = time.monotonic() + 60
-        while not any((root / "logs").glob("*.jsonl")) and proc.poll() is None:
-            assert time.monotonic() < limit, "the job never started"
-            time.sleep(0.005)
-    else:
-        delay = -delay  # from the process start: start-up, migration, the lead's creation
+        while len(reported_turns(root / "logs")) < after_turns and proc.poll() is None:
+            assert time.monotonic() < limit, "the job never got that far"
+            time.sleep(0.002)
     deadline = time.monotonic() + delay
     while time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.005)
+        time.sleep(0.002)
     finished = proc.poll() is not None
     if not finished:
         os.kill(proc.pid, signal.SIGKILL)
@@ -140,6 +150,11 @@ def run_trial(root: Path, index: int, delay: float) -> Trial:
         res = _cli(root, "--json", "run", str(job))
     else:
         lead = leads[0]
+        if not finished and after_turns is not None:
+            done = with_store(db, lambda st: _lead_status(st, lead))
+            if done == Status.DONE:
+                trial.problems.append("the job had already finished when it was killed")
+            trial.outcome = "killed mid-job"
 
         async def present(store: Store) -> list[str]:
             missing = []
@@ -188,15 +203,20 @@ def test_sigkill_at_random_moments_never_loses_a_reported_message_nor_reruns_a_t
 ) -> None:
     n, s = trials(), seed()
     rng = random.Random(s)
-    # one trial in ten is killed during start-up (a negative delay counts from the process
-    # start); the others at a random moment of the job, which runs for ~0.6-1 s here
-    delays = [
-        -rng.uniform(0.05, 1.5) if rng.random() < 0.1 else rng.uniform(0.0, 1.2) for _ in range(n)
+    # one trial in ten is killed during start-up (seconds from the process start); the others
+    # after a random number of stored turns (before the last worker turn) plus up to 30 ms
+    plan: list[tuple[float, int | None]] = [
+        (rng.uniform(0.05, 1.5), None)
+        if rng.random() < 0.1
+        else (rng.uniform(0.0, 0.03), rng.randrange(0, WORKER_TURNS - 1))
+        for _ in range(n)
     ]
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(
-            pool.map(lambda i: run_trial(tmp_path / f"trial-{i}", i, delays[i]), range(n))
+            pool.map(lambda i: run_trial(tmp_path / f"trial-{i}", i, *plan[i]), range(n))
         )
+    mid_job = sum(t.outcome == "killed mid-job" for t in results)
+    planned = sum(after is not None for _, after in plan)
     outcomes = Counter(t.outcome for t in results)
     failed = [t for t in results if t.problems]
     summary = {
@@ -205,8 +225,13 @@ def test_sigkill_at_random_moments_never_loses_a_reported_message_nor_reruns_a_t
         "failures": len(failed),
         "outcomes": dict(outcomes),
         "reported_turns_checked": sum(t.reported for t in results),
+        "killed_mid_job": mid_job,
     }
     print("\nsigkill:", json.dumps(summary))
     assert not failed, "\n".join(
-        f"trial {t.index} (delay {t.delay:.2f}s, seed {s}): {t.problems}" for t in failed[:5]
+        f"trial {t.index} (delay {t.delay:.2f}s after {t.after_turns} turns, seed {s}): "
+        f"{t.problems}"
+        for t in failed[:5]
     )
+    # every trial meant to land inside the job did: none finished first, none ran out early
+    assert mid_job == planned, dict(outcomes)
