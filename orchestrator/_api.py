@@ -25,12 +25,12 @@ from store import (
     format_ref,
     new_id,
 )
-from workers import LoopConfig, LoopEvent, ModelError, RunOutcome, parse_model_spec
+from workers import LoopConfig, LoopEvent, ModelError, RunOutcome, make_model, parse_model_spec
 
 from ._isolation import record_job_base, start_job
 from ._jobfile import JobSpec, load_job
 from ._reading import DEFAULT_MAX_CHARS, Mode, Page, read_page
-from ._runtime import JobRuntime, create_lead, job_of
+from ._runtime import JobRuntime, ModelFactory, create_lead, job_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +78,9 @@ class JobOutcome:
 class Orchestrator:
     """Runs jobs and threads over one store. ``on_event`` receives every thread's progress;
     ``env`` is extra environment for the workers' ``bash`` (secret-named variables are never
-    passed on)."""
+    passed on). ``model_factory`` turns a model spec into a ``Model`` (default
+    ``workers.make_model``): the seam for a caller that builds its providers itself — other
+    credentials, a proxy, test servers."""
 
     def __init__(
         self,
@@ -88,8 +90,10 @@ class Orchestrator:
         config: LoopConfig | None = None,
         env: dict[str, str] | None = None,
         owns_store: bool = False,
+        model_factory: ModelFactory | None = None,
     ) -> None:
         self.store = store
+        self.model_factory = model_factory
         self.on_event = on_event
         self.config = config or LoopConfig()
         self.env = env
@@ -208,6 +212,7 @@ class Orchestrator:
             on_event=self.on_event,
             config=self.config,
             env=self.env,
+            model_factory=self.model_factory or make_model,
         )
 
     async def _thread(self, ref: str) -> ThreadInfo:

@@ -66,6 +66,10 @@ MERGE_TOOL = "merge"  # lead tool of worktree jobs only
 READER_TOOLS = ("read_thread",)
 
 
+ModelFactory = Callable[[str], Model]
+"""A model spec string → a ``Model`` (``workers.make_model`` unless a caller brings its own)."""
+
+
 def task_message(task_id: str, title: str, prompt: str) -> str:
     """A worker's first message (the scripted demo matches on its first line)."""
     return f"Task {task_id}: {title}\n\n{prompt}"
@@ -103,6 +107,8 @@ class JobRuntime:
     config: LoopConfig = field(default_factory=LoopConfig)
     env: dict[str, str] | None = None
     spawned: list[str] = field(default_factory=list)
+    model_factory: ModelFactory = make_model
+    """Builds a ``Model`` from a spec, once per spec and job run."""
     _models: dict[str, Model] = field(default_factory=dict)
     _sem: asyncio.Semaphore | None = None
     _sandbox: SandboxSettings | None = None
@@ -117,7 +123,7 @@ class JobRuntime:
 
     def model(self, spec: str) -> Model:
         if spec not in self._models:
-            self._models[spec] = make_model(spec)
+            self._models[spec] = self.model_factory(spec)
         return self._models[spec]
 
     async def aclose(self) -> None:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import orchestrator._runtime as runtime_module
 from orchestrator import Orchestrator, parse_job
 from orchestrator._cmd_run import exit_code
 from store import TERMINAL_STATUSES, Status, Store
@@ -62,10 +62,11 @@ prompt = "go"
 
 
 @pytest.fixture
-def fast_retries(monkeypatch: pytest.MonkeyPatch, api: FakeMessagesAPI) -> None:
-    """The job's models: the real provider, with a short timeout and quick backoff."""
+def quick_models(api: FakeMessagesAPI) -> Callable[[str], Model]:
+    """The job's models through the runtime's model-factory seam: the real provider, pointed at
+    the fake API, with a short timeout and quick backoff."""
 
-    def quick(spec: str, **_: Any) -> Model:
+    def quick(spec: str) -> Model:
         return make_model(
             spec,
             api_key="sk-ant-fault-suite-key-000",
@@ -77,7 +78,7 @@ def fast_retries(monkeypatch: pytest.MonkeyPatch, api: FakeMessagesAPI) -> None:
             retry_after_cap=0.05,
         )
 
-    monkeypatch.setattr(runtime_module, "make_model", quick)
+    return quick
 
 
 @pytest.fixture
@@ -87,11 +88,11 @@ def api() -> Any:
         yield fake
 
 
-async def _run(tmp_path: Path) -> tuple[Any, Store]:
+async def _run(tmp_path: Path, models: Callable[[str], Model]) -> tuple[Any, Store]:
     (tmp_path / "ws").mkdir(exist_ok=True)
     spec = parse_job(JOB, name="flaky.toml", base_dir=tmp_path)
     store = await Store.open(str(tmp_path / "threads.db"))
-    outcome = await Orchestrator(store).run_job(spec)
+    outcome = await Orchestrator(store, model_factory=models).run_job(spec)
     return outcome, store
 
 
@@ -103,9 +104,8 @@ async def _half_written(store: Store, job: str) -> list[str]:
     return bad
 
 
-@pytest.mark.usefixtures("fast_retries")
 async def test_a_random_mix_of_provider_faults_completes_or_fails_cleanly(
-    tmp_path: Path, api: FakeMessagesAPI
+    tmp_path: Path, api: FakeMessagesAPI, quick_models: Callable[[str], Model]
 ) -> None:
     rng = random.Random(seed())
     seen: Counter[str] = Counter()
@@ -127,7 +127,7 @@ async def test_a_random_mix_of_provider_faults_completes_or_fails_cleanly(
                     api.inject(kind, times=1, delay_s=0.7)
         root = tmp_path / f"trial-{trial}"
         root.mkdir()
-        outcome, store = await _run(root)
+        outcome, store = await _run(root, quick_models)
         try:
             problems = await _half_written(store, outcome.job)
         finally:
