@@ -25,7 +25,15 @@ from store import (
     format_ref,
     new_id,
 )
-from workers import LoopConfig, LoopEvent, ModelError, RunOutcome, make_model, parse_model_spec
+from workers import (
+    LoopConfig,
+    LoopEvent,
+    Model,
+    ModelError,
+    RunOutcome,
+    make_model,
+    parse_model_spec,
+)
 
 from ._isolation import record_job_base, start_job
 from ._jobfile import JobSpec, load_job
@@ -119,8 +127,19 @@ class Orchestrator:
     async def run_job(self, job: JobSpec | str | os.PathLike[str], **overrides: Any) -> JobOutcome:
         """Run a job (a ``JobSpec`` or a job file) to the end."""
         spec = job if isinstance(job, JobSpec) else load_job(Path(job), **overrides)
-        for model in {spec.lead_model, *(spec.model_for(t) for t in spec.tasks)}:
-            parse_model_spec(model)
+        # Everything that can be checked before anything is stored: every model the job names
+        # is built now (a scripted file is read and compiled, a provider's key is looked up),
+        # so a bad one is exit 2 with nothing stored, never a lead left queued.
+        wanted = [spec.lead_model, spec.resolve_spec(spec.worker_model or spec.model)]
+        wanted += [spec.model_for(t) for t in spec.tasks]
+        models: dict[str, Model] = {}
+        try:
+            for name in dict.fromkeys(wanted):
+                models[name] = self._make_model(name)
+        except BaseException:
+            for built in models.values():
+                await built.aclose()
+            raise
         base = None
         if spec.isolation == "worktree":
             # refused (exit 2) before anything is stored when the repository can't be isolated
@@ -131,6 +150,7 @@ class Orchestrator:
         if base is not None:
             await record_job_base(base, lead.id)
         rt = self._runtime(spec, lead.id)
+        rt.adopt_models(models)
         try:
             outcome = await rt.run(lead)
         finally:
@@ -204,6 +224,10 @@ class Orchestrator:
 
     # ------------------------------------------------------------------ internals
 
+    def _make_model(self, spec: str) -> Model:
+        parse_model_spec(spec)
+        return (self.model_factory or make_model)(spec)
+
     def _runtime(self, job: JobSpec, lead_id: str) -> JobRuntime:
         return JobRuntime(
             store=self.store,
@@ -260,14 +284,20 @@ class Orchestrator:
         report = outcome.final_text
         if not report and outcome.result is not None:
             report = outcome.result.summary
+        status, error = outcome.status, outcome.error
+        failed = [w for w in workers if w.status == Status.FAILED]
+        if status == Status.DONE and workers and len(failed) == len(workers):
+            # the lead wrote its report, but nothing it dispatched succeeded: not a done job
+            status = Status.FAILED
+            error = f"every worker failed ({len(failed)} of {len(workers)}): {failed[0].summary}"
         return JobOutcome(
             job=format_ref(rt.lead_id),
             lead=format_ref(rt.lead_id),
             ref=outcome.ref,
-            status=outcome.status,
+            status=status,
             report=report,
             workers=workers,
             usage=await self.store.job_usage(rt.lead_id),
-            error=outcome.error,
+            error=error,
             exception=outcome.exception,
         )

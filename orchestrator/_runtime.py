@@ -126,6 +126,10 @@ class JobRuntime:
             self._models[spec] = self.model_factory(spec)
         return self._models[spec]
 
+    def adopt_models(self, models: dict[str, Model]) -> None:
+        """Models built (and so validated) before the job was stored: used, and closed, here."""
+        self._models.update(models)
+
     async def aclose(self) -> None:
         for m in self._models.values():
             with contextlib.suppress(Exception):
