@@ -24,6 +24,7 @@ from . import _search
 from ._db import Database, finish_uncancelled, utcnow
 from ._ids import ThreadRef, format_ref, is_full_id, new_id
 from ._invariants import check_append
+from ._liveness import as_seen
 from ._models import (
     Kind,
     Message,
@@ -258,7 +259,10 @@ class Store:
         return thread_from_row(row)
 
     async def get_thread(self, thread_id: str) -> ThreadInfo:
-        return await self.db.read(lambda c: self._thread(c, thread_id), where="reading a thread")
+        """The thread as readers see it: ``running`` with its runner gone reads ``interrupted``
+        (``_liveness``); transactions use ``_thread``, the stored row as it is."""
+        info = await self.db.read(lambda c: self._thread(c, thread_id), where="reading a thread")
+        return as_seen(info)
 
     # ----------------------------------------------------------------- appends (group commit)
 
@@ -497,7 +501,7 @@ class Store:
                 )
             return thread_from_row(rows[0])
 
-        info = await self.db.read(fn, where="resolving a ref")
+        info = as_seen(await self.db.read(fn, where="resolving a ref"))
         if parsed.start is None:
             return ResolvedRef(info, None, None)
         if parsed.start > info.head_seq:
@@ -595,8 +599,14 @@ class Store:
         q = sa.select(*THREAD_COLUMNS)
         if job_id is not None:
             q = q.where(threads.c.job_id == job_id)
-        if status is not None:
-            q = q.where(threads.c.status == str(Status(status)))
+        wanted = None if status is None else Status(status)
+        # ``running`` and ``interrupted`` depend on whether the runner lives (``as_seen``):
+        # fetch both, present, then filter (and limit) here; running threads are few
+        live_dependent = wanted in (Status.RUNNING, Status.INTERRUPTED)
+        if live_dependent:
+            q = q.where(threads.c.status.in_([str(Status.RUNNING), str(Status.INTERRUPTED)]))
+        elif wanted is not None:
+            q = q.where(threads.c.status == str(wanted))
         if kind is not None:
             q = q.where(threads.c.kind == str(Kind(kind)))
         if parent_id is not None:
@@ -604,13 +614,19 @@ class Store:
         if forked_from_id is not None:
             q = q.where(threads.c.forked_from_id == forked_from_id)
         q = q.order_by(threads.c.id if oldest_first else threads.c.id.desc())
-        if limit is not None:
+        if limit is not None and not live_dependent:
             q = q.limit(limit)
 
         async def fn(conn: AsyncConnection) -> list[ThreadInfo]:
             return [thread_from_row(r) for r in await conn.execute(q)]
 
-        return await self.db.read(fn, where="listing threads")
+        now = utcnow()
+        found = [as_seen(t, now) for t in await self.db.read(fn, where="listing threads")]
+        if live_dependent:
+            found = [t for t in found if t.status == wanted]
+            if limit is not None:
+                found = found[:limit]
+        return found
 
     async def children(self, thread_id: str) -> list[ThreadInfo]:
         """Threads spawned by ``thread_id`` (spawn edges), oldest first."""

@@ -1,0 +1,45 @@
+"""After a SIGKILL, every reader sees the killed run's threads as ``interrupted`` at once —
+``ls``, ``ls --status``, ``show``, ``tree`` and the API — without waiting for the lease to run
+out or for anyone to resume them; a live run's threads still read ``running``."""
+
+from __future__ import annotations
+
+import asyncio
+
+from store import Status, Store
+from tests.e2e.conftest import Env
+from tests.e2e.test_crash_and_codes import crashable_job, start, surviving_sleepers, wait_for
+
+
+def test_a_killed_runs_threads_read_interrupted_everywhere_at_once(env: Env) -> None:
+    proc = start(env, "run", str(crashable_job(env, "alive")))
+    wait_for(lambda: len(surviving_sleepers()) == 2, proc)
+    # while the run lives, its threads are running (the lead and the two slow workers)
+    running = env.run("--json", "ls", "--status", "running").json
+    assert len(running) == 3, running
+    assert env.run("--json", "ls", "--status", "interrupted").json == []
+
+    proc.kill()
+    proc.communicate()
+    # well inside the 60 s lease: the owner's pid is gone, so the runner is known to be gone
+    interrupted = env.run("--json", "ls", "--status", "interrupted").json
+    assert sorted(t["kind"] for t in interrupted) == ["lead", "worker", "worker"]
+    assert env.run("--json", "ls", "--status", "running").json == []
+    assert {t["status"] for t in env.run("--json", "ls").json} == {"interrupted", "done"}
+    lead = next(t["ref"] for t in interrupted if t["kind"] == "lead")
+    assert env.run("--json", "show", lead).json["status"] == "interrupted"
+    tree = env.run("tree", lead)
+    assert tree.code == 0 and "running" not in tree.stdout, tree.stdout
+
+    async def api_view() -> Status:
+        store = await Store.open(str(env.db))
+        try:
+            return (await store.get_thread(lead[2:])).status
+        finally:
+            await store.close()
+
+    assert asyncio.run(api_view()) == Status.INTERRUPTED
+    # and the job resumes from there as before
+    res = env.run("--json", "resume", lead, timeout=180)
+    assert res.code == 0, res.stderr
+    assert {t["status"] for t in env.run("--json", "ls").json} == {"done"}
