@@ -264,7 +264,7 @@ class Orchestrator:
             if info.kind == Kind.LEAD:
                 outcome = await rt.run(info, message=message)
             else:
-                outcome = await rt.run_worker(info, message=message)
+                outcome = await rt.run_worker(info, message=message, refuse_held=True)
         finally:
             await rt.aclose()
         return await self._outcome(rt, outcome)

@@ -22,6 +22,7 @@ import structlog
 
 from store import (
     Kind,
+    LeaseHeld,
     NewMessage,
     Status,
     Store,
@@ -259,16 +260,36 @@ class JobRuntime:
         return outcome
 
     async def run_worker(
-        self, info: ThreadInfo, *, model_spec: str | None = None, message: str | None = None
+        self,
+        info: ThreadInfo,
+        *,
+        model_spec: str | None = None,
+        message: str | None = None,
+        refuse_held: bool = False,
     ) -> RunOutcome:
         """A worker (or fork, or resumed worker) under the job's ``max_parallel``. Its failure
         becomes its terminal status; it never raises into its siblings — only cancellation
-        propagates."""
+        propagates. ``refuse_held``: a thread another runner holds raises ``LeaseHeld`` (exit
+        2, nothing appended) instead of being reported as this run's outcome."""
         async with self.semaphore:
             try:
                 outcome = await self.run(info, model_spec=model_spec, message=message)
             except asyncio.CancelledError:
                 raise
+            except LeaseHeld:
+                if refuse_held:
+                    raise  # a resume of a thread that runs elsewhere: refused, nothing appended
+                log.warning("worker.held_elsewhere", thread=info.ref)
+                latest = await self.store.get_thread(info.id)
+                return RunOutcome(
+                    thread_id=info.id,
+                    status=latest.status,
+                    result=latest.result,
+                    final_text="",
+                    turns=0,
+                    usage=await self.store.thread_usage(info.id),
+                    error=f"{info.ref} is being run by another runner",
+                )
             except Exception as exc:
                 log.warning("worker.crashed", thread=info.ref, error=str(exc))
                 latest = await self.store.get_thread(info.id)

@@ -43,3 +43,29 @@ def test_a_killed_runs_threads_read_interrupted_everywhere_at_once(env: Env) -> 
     res = env.run("--json", "resume", lead, timeout=180)
     assert res.code == 0, res.stderr
     assert {t["status"] for t in env.run("--json", "ls").json} == {"done"}
+
+
+def test_resuming_a_thread_that_runs_elsewhere_is_refused_exit_2_and_appends_nothing(
+    env: Env,
+) -> None:
+    proc = start(env, "run", str(crashable_job(env, "held")))
+    try:
+        wait_for(lambda: len(surviving_sleepers()) == 2, proc)
+        busy = next(
+            t
+            for t in env.run("--json", "ls", "--kind", "worker", "--status", "running").json
+            if t["status"] == "running"
+        )
+        before = env.run("--json", "show", busy["ref"]).json["messages"]
+        res = env.run("resume", busy["ref"], "do something else")
+        assert res.code == 2, (res.code, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and "threadloom: error:" in lines[0], res.stderr
+        assert "is being run by" in lines[0], lines[0]
+        assert "worker.crashed" not in res.stderr and "Traceback" not in res.stderr
+        after = env.run("--json", "show", busy["ref"]).json
+        assert after["messages"] == before  # nothing appended
+        assert after["status"] == "running"  # and the live run is undisturbed
+    finally:
+        proc.kill()
+        proc.communicate()
