@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import Field
 
-from store import Kind, Result, Status, StoreError, ThreadInfo, ThreadRef, format_ref
+from store import Kind, Result, Status, Store, StoreError, ThreadInfo, ThreadRef, format_ref
 from store.errors import RefError
 from workers import RunOutcome
 from workers.tools import TOOL_REGISTRY, Tool, ToolContext, ToolFailure, ToolInput, ToolOutput
@@ -24,7 +24,7 @@ from workers.tools import TOOL_REGISTRY, Tool, ToolContext, ToolFailure, ToolInp
 from ._reading import DEFAULT_MAX_CHARS, ReadError, read_page
 from ._runtime import JobRuntime
 
-_CITATION = re.compile(r"T-[0-9a-hjkmnp-tv-z]{4,26}(?:#\d+(?:-\d*)?)?")
+_CITATION = re.compile(r"T-[0-9a-hjkmnp-tv-z]{4,26}(?:#[0-9]+(?:-[0-9]*)?)?")
 MAX_TASKS_PER_DISPATCH = 1000  # a job file may list many tasks; the lead gets them all at once
 
 
@@ -123,7 +123,11 @@ class ReadThreadInput(ToolInput):
         " raw tool outputs; grep: lines matching pattern",
     )
     pattern: str | None = Field(None, description="Regular expression, for mode grep")
-    max_chars: int = Field(DEFAULT_MAX_CHARS, ge=500, le=100_000, description="Page size")
+    max_chars: int = Field(
+        DEFAULT_MAX_CHARS,
+        gt=0,
+        description="Page size in characters (clamped to 500-100000; the page says so)",
+    )
 
 
 class ReadThreadTool(Tool[ReadThreadInput]):
@@ -181,30 +185,42 @@ class AskThreadTool(JobTool[AskThreadInput]):
             raise ToolFailure(
                 f"the reader {reader.ref} ended {outcome.status}: {outcome.error or 'no answer'}"
             )
-        answer, kept, dropped = await check_citations(self.rt, outcome.final_text)
+        answer, kept, dropped = await check_citations(self.rt.store, outcome.final_text)
         lines = [answer, "", f"(reader thread: {reader.ref})"]
         if kept:
             lines.append("citations checked: " + ", ".join(kept))
         if dropped:
-            lines.append(f"{len(dropped)} citation(s) that did not resolve were removed")
+            lines.append(
+                f"{len(dropped)} citation(s) did not resolve and are marked [not found]: "
+                + ", ".join(dropped)
+            )
         return ToolOutput("\n".join(lines))
 
 
-async def check_citations(rt: JobRuntime, text: str) -> tuple[str, list[str], list[str]]:
-    """Every ``T-…`` citation in ``text`` that resolves (to a thread, and its messages exist) is
-    kept; the others are replaced by ``[unresolved citation]`` and listed."""
-    kept: list[str] = []
-    dropped: list[str] = []
-    for cite in sorted(set(_CITATION.findall(text)), key=len, reverse=True):
+NOT_FOUND_MARK = " [not found]"
+
+
+async def check_citations(store: Store, text: str) -> tuple[str, list[str], list[str]]:
+    """Every ``T-…`` citation in ``text`` is checked: one that resolves (to a thread, and its
+    messages exist) is kept exactly as written; each one that does not is left in place and
+    marked ``[not found]`` right after it, so a reader sees what was claimed and that it failed.
+    Citations are handled where they occur (never by substring replacement), so a kept
+    citation is never altered by a failing one it contains. Returns the text, kept, dropped."""
+    verdict: dict[str, bool] = {}
+    for cite in set(_CITATION.findall(text)):
         try:
-            resolved = await rt.store.resolve(cite)
-            if resolved.start is None and "#" in cite:
-                raise RefError(cite)
-            kept.append(cite)
+            resolved = await store.resolve(cite)
+            verdict[cite] = not (resolved.start is None and "#" in cite)
         except (StoreError, ValueError):
-            dropped.append(cite)
-            text = text.replace(cite, "[unresolved citation]")
-    return text, sorted(kept), sorted(dropped)
+            verdict[cite] = False
+
+    def mark(m: re.Match[str]) -> str:
+        return m.group(0) if verdict[m.group(0)] else m.group(0) + NOT_FOUND_MARK
+
+    marked = _CITATION.sub(mark, text)
+    kept = sorted(c for c, ok in verdict.items() if ok)
+    dropped = sorted(c for c, ok in verdict.items() if not ok)
+    return marked, kept, dropped
 
 
 class SearchInput(ToolInput):

@@ -111,8 +111,10 @@ def paginate(
     total: int,
     range_end: int,
     pattern: str | None = None,
+    note: str = "",
 ) -> Page:
-    """Render ``msgs`` (consecutive, from the requested start) in ``mode`` within ``max_chars``."""
+    """Render ``msgs`` (consecutive, from the requested start) in ``mode`` within ``max_chars``;
+    ``note`` (at most a line) goes after the header."""
     if not msgs:
         return Page(f"{format_ref(thread_id)} has {total} messages; nothing in that range.", None)
     rx: re.Pattern[str] | None = None
@@ -162,6 +164,8 @@ def paginate(
             else format_ref(thread_id, last_done + 1, range_end)
         )
     header = f"{format_ref(thread_id, first, last_done)} of {total} messages ({mode})"
+    if note:
+        header += f"\n{note}"
     if mode == "grep" and not body:
         body.append(f"no line matches {pattern!r}")
     footer = f"next page: {next_ref}" if next_ref else "(end of range)"
@@ -180,7 +184,14 @@ async def read_page(
     """The page of ``ref`` (a thread, or a range in it) in ``mode``, at most ``max_chars``."""
     if mode not in ("messages", "overview", "tool_outputs", "grep"):
         raise ReadError(f"unknown mode {mode!r}: use messages, overview, tool_outputs or grep")
-    max_chars = max(MIN_MAX_CHARS, min(int(max_chars), MAX_MAX_CHARS))
+    asked = int(max_chars)
+    max_chars = max(MIN_MAX_CHARS, min(asked, MAX_MAX_CHARS))
+    note = (
+        f"(max_chars {asked} is outside {MIN_MAX_CHARS}-{MAX_MAX_CHARS}; this page uses"
+        f" {max_chars})"
+        if asked != max_chars
+        else ""
+    )
     resolved = await store.resolve(ref)
     info = resolved.thread
     start = resolved.start or 1
@@ -196,4 +207,5 @@ async def read_page(
         total=info.head_seq,
         range_end=range_end,
         pattern=pattern,
+        note=note,
     )

@@ -338,7 +338,8 @@ def test_ask_thread_returns_only_citations_that_resolve(env: Env) -> None:
     text = answer["content"] if isinstance(answer["content"], str) else answer["content"][0]["text"]
     worker = res.json["workers"][0]["ref"]
     assert f"{worker}#3" in text
-    assert "T-zzzzzzzz#9" not in text and "[unresolved citation]" in text
+    assert "T-zzzzzzzz#9 [not found]" in text  # kept in place, marked
+    assert f"{worker}#3 [not found]" not in text
     assert "citations checked:" in text
     readers = env.run("--json", "ls", "--kind", "reader").json
     assert len(readers) == 1 and readers[0]["parent"] == res.json["lead"]

@@ -1,0 +1,60 @@
+"""``read_thread`` clamps ``max_chars`` and says so; ``ask_thread``'s citation check marks what
+does not resolve in place and never alters a citation it keeps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator._lead_tools import ReadThreadInput, check_citations
+from orchestrator._reading import MIN_MAX_CHARS, read_page
+from store import Kind, NewMessage, Store
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> Store:
+    s = await Store.open(str(tmp_path / "t.db"))
+    yield s  # type: ignore[misc]
+    await s.close()
+
+
+async def _thread(store: Store, n: int) -> str:
+    info = await store.create_thread(kind=Kind.WORKER, title="w")
+    for i in range(n):
+        msg = NewMessage.user(f"line {i} " + "x" * 300) if i % 2 == 0 else None
+        await store.append(info.id, [msg or NewMessage.assistant(f"reply {i}")])
+    return info.ref
+
+
+def test_a_max_chars_below_the_minimum_is_accepted_by_the_tool_schema() -> None:
+    assert ReadThreadInput.model_validate({"ref": "T-abcd", "max_chars": 100}).max_chars == 100
+
+
+async def test_read_page_clamps_a_small_max_chars_and_says_so(store: Store) -> None:
+    ref = await _thread(store, 10)
+    page = await read_page(store, ref, mode="messages", max_chars=100)
+    assert len(page.text) <= MIN_MAX_CHARS
+    assert "max_chars 100 is outside 500-100000; this page uses 500" in page.text
+    assert page.next_ref is not None  # the rest is a next page away
+    plain = await read_page(store, ref, mode="messages", max_chars=800)
+    assert "this page uses" not in plain.text
+
+
+async def test_citations_that_do_not_resolve_are_marked_and_kept_ones_untouched(
+    store: Store,
+) -> None:
+    ref = await _thread(store, 4)
+    other = await _thread(store, 2)
+    # ids are time-sortable: two made a moment apart share their first characters, so this
+    # prefix is ambiguous (it does not resolve) and a substring of every kept citation
+    prefix = ref[:8]
+    assert other.startswith(prefix)
+    text = f"see {ref}#2 and {ref}#3-4, not {ref}#9, nor {prefix}; also {other}#1."
+    marked, kept, dropped = await check_citations(store, text)
+    assert f"{ref}#2 " in marked and f"{ref}#3-4," in marked and f"{other}#1." in marked
+    assert f"{ref}#9 [not found]" in marked
+    assert sorted(kept) == sorted([f"{ref}#2", f"{ref}#3-4", f"{other}#1"])
+    assert f"{ref}#9" in dropped
+    assert f"{prefix} [not found];" in marked
+    assert marked.count("[not found]") == len(dropped)
