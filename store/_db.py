@@ -28,7 +28,7 @@ from .errors import DatabaseError, DatabaseFull, DatabaseUnavailable
 
 T = TypeVar("T")
 
-SCHEMA_HEAD = "0002"
+SCHEMA_HEAD = "0003"
 """The newest Alembic revision; a test checks it matches ``migrations/versions``."""
 
 BUSY_TIMEOUT_MS = 30_000

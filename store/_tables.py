@@ -53,6 +53,8 @@ threads = sa.Table(
     sa.Index(None, "status"),
 )
 
+# append-only in the database too: migration 0003 adds triggers rejecting UPDATE and DELETE (and,
+# on PostgreSQL, TRUNCATE) of messages
 messages = sa.Table(
     "messages",
     metadata,
