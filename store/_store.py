@@ -549,8 +549,19 @@ class Store:
             if point == src.head_seq and not src.head_seq:
                 raise ForkPointError(f"cannot fork {src.ref}: it has no messages")
             msgs = await self._read_range(conn, src.id, point, min(point + 1, src.head_seq))
+            if at is None and len(msgs) == 1 and point > 1 and _has_tool_use(msgs[0]):
+                # the default end of a thread that is mid-turn (running, or interrupted with
+                # its calls unanswered): fork at the last turn boundary, before those calls
+                point -= 1
+                msgs = await self._read_range(conn, src.id, point, point + 1)
             at_msg = msgs[0]
-            if any(isinstance(b, ToolUseBlock) for b in at_msg.content):
+            if _has_tool_use(at_msg) and len(msgs) == 1:
+                hint = f"; the nearest valid point is #{point - 1}" if point > 1 else ""
+                raise ForkPointError(
+                    f"cannot fork {src.ref} at #{point}: message {point} has tool calls that are"
+                    f" not answered yet (the thread is mid-turn){hint}"
+                )
+            if _has_tool_use(at_msg):
                 valid = [str(point - 1)] if point > 1 else []
                 if len(msgs) > 1:
                     valid.append(str(point + 1))
@@ -1119,6 +1130,10 @@ def _message_rows(
             )
         )
     return rows, out
+
+
+def _has_tool_use(message: Message) -> bool:
+    return any(isinstance(b, ToolUseBlock) for b in message.content)
 
 
 def _consume(fut: asyncio.Future[Any]) -> None:

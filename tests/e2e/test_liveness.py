@@ -69,3 +69,28 @@ def test_resuming_a_thread_that_runs_elsewhere_is_refused_exit_2_and_appends_not
     finally:
         proc.kill()
         proc.communicate()
+
+
+def test_fork_of_a_running_thread_forks_at_its_last_turn_boundary(env: Env) -> None:
+    proc = start(env, "run", str(crashable_job(env, "forkrun")))
+    try:
+        wait_for(lambda: len(surviving_sleepers()) == 2, proc)
+        busy = next(
+            t
+            for t in env.run("--json", "ls", "--kind", "worker", "--status", "running").json
+            if t["status"] == "running"
+        )
+        shown = env.run("--json", "show", busy["ref"]).json
+        head = len(shown["messages"])
+        assert any(b["type"] == "tool_use" for b in shown["messages"][-1]["content"])
+        res = env.run("--json", "fork", busy["ref"], "--no-run")
+        assert res.code == 0, res.stderr
+        assert res.json["forked_from"] == {"ref": busy["ref"], "at": head - 1}
+        # naming the unanswered turn itself is refused clearly, with the valid point
+        bad = env.run("fork", f"{busy['ref']}#{head}", "--no-run")
+        assert bad.code == 2, bad.stderr
+        assert "not answered yet" in bad.stderr and f"#{head - 1}" in bad.stderr
+        assert f"#{head + 1}" not in bad.stderr  # never a message that does not exist
+    finally:
+        proc.kill()
+        proc.communicate()

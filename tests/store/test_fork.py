@@ -93,12 +93,20 @@ async def test_forking_between_a_tool_use_and_its_result_is_refused_naming_valid
     assert await count_rows(store, "threads") == 1
 
 
+async def test_forking_a_thread_that_is_mid_turn_forks_at_its_last_turn_boundary(
+    store: Store,
+) -> None:
+    parent = await store.create_thread(kind="worker", messages=[user("go"), calls("a")])
+    fork = await store.fork(parent.id)
+    assert fork.forked_from is not None and fork.forked_from.at == 1
+
+
 async def test_forking_at_a_trailing_unanswered_tool_use_names_the_point_before(
     store: Store,
 ) -> None:
     parent = await store.create_thread(kind="worker", messages=[user("go"), calls("a")])
-    with pytest.raises(ForkPointError, match=r"nearest valid points are #1$"):
-        await store.fork(parent.id)
+    with pytest.raises(ForkPointError, match=r"not answered yet .*nearest valid point is #1$"):
+        await store.fork(parent.id, at=2)
 
 
 @pytest.mark.parametrize("at", [0, -1, 5])
