@@ -74,6 +74,23 @@ class _PendingAppend:
     future: asyncio.Future[list[Message]]
 
 
+def id_prefix_condition(
+    column: sa.ColumnElement[str], prefix: str, dialect: str
+) -> sa.ColumnElement[bool]:
+    """``column`` starts with ``prefix``, whatever the database's collation.
+
+    A half-open range ``[prefix, prefix with its last character incremented)`` compared byte by
+    byte: SQLite compares our columns with BINARY (so its primary-key index still serves the
+    range); on PostgreSQL the comparison is made ``COLLATE "C"``, since under a linguistic
+    collation (ICU en-US, en_US.UTF-8) neither ``'~'`` nor any other character is guaranteed to
+    sort after every id character (``id < p || '~'`` matched nothing there)."""
+    if not prefix:
+        return sa.true()
+    upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    col = column.collate("C") if dialect == "postgresql" else column
+    return sa.and_(col >= prefix, col < upper)
+
+
 @dataclass(frozen=True, slots=True)
 class ResolvedRef:
     """A ref resolved to its thread; ``start``/``end`` are clamped to the thread's messages."""
@@ -486,7 +503,7 @@ class Store:
             rows = (
                 await conn.execute(
                     sa.select(*THREAD_COLUMNS)
-                    .where(threads.c.id >= parsed.id, threads.c.id < parsed.id + "~")
+                    .where(id_prefix_condition(threads.c.id, parsed.id, self.db.dialect))
                     .order_by(threads.c.id)
                     .limit(11)
                 )

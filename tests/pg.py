@@ -4,6 +4,10 @@ The server is ``THREADLOOM_TEST_PG`` (a libpq URL of a database we may connect t
 create others), by default ``postgresql://postgres@127.0.0.1:5432/test`` (trust auth). Every
 database made here is named ``tl_test_<random>…`` and dropped by whoever made it.
 
+``THREADLOOM_PG_ICU`` set (``1`` for ``en-US``, or an ICU locale such as ``de-DE``) makes every
+database created here use that ICU collation instead of the server's default, so the store suite
+can be run once on a non-C collation: ``THREADLOOM_PG_ICU=1 pytest tests/store -k postgres``.
+
 When ``CI`` is set, an unreachable server is a failure (``require`` raises); elsewhere the tests
 that need it are skipped with the reason. The async functions are the primary API; the sync ones
 (``*_sync``) run them with ``asyncio.run`` and so must not be called from a running event loop
@@ -97,18 +101,43 @@ def require() -> None:
     pytest.skip(reason)
 
 
+def session_icu_locale() -> str | None:
+    """The ICU locale ``THREADLOOM_PG_ICU`` asks for (``1`` means ``en-US``), or None."""
+    value = os.environ.get("THREADLOOM_PG_ICU", "").strip()
+    if not value or value == "0":
+        return None
+    return "en-US" if value == "1" else value
+
+
 def new_name(tag: str = "") -> str:
     return f"{PREFIX}{tag}{'_' if tag else ''}{secrets.token_hex(5)}"
 
 
-async def create_database(name: str | None = None, *, template: str | None = None) -> PgDatabase:
-    """A new, empty database (or a copy of ``template``, which must have no connections)."""
+_DEFAULT = object()
+
+
+async def create_database(
+    name: str | None = None, *, template: str | None = None, icu_locale: object = _DEFAULT
+) -> PgDatabase:
+    """A new, empty database (or a copy of ``template``, which must have no connections).
+
+    ``icu_locale`` (by default ``session_icu_locale()``; None for the server's default) makes
+    its default collation that ICU locale; it is ignored with ``template`` (a copy keeps its
+    template's collation)."""
     db = PgDatabase(name or new_name())
+    locale = session_icu_locale() if icu_locale is _DEFAULT else icu_locale
+    if locale is not None and not (isinstance(locale, str) and locale.replace("-", "").isalnum()):
+        raise ValueError(f"not an ICU locale name: {locale!r}")
     conn = await _connect()
     try:
         sql = f'CREATE DATABASE "{db.name}"'
         if template:
             sql += f' TEMPLATE "{template}"'
+        elif locale is not None:
+            # the ICU provider needs template0 (template1's collation is libc's); PostgreSQL 15
+            # still wants a libc LC_COLLATE/LC_CTYPE beside it, C.UTF-8 exists everywhere
+            sql += f" TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE '{locale}'"
+            sql += " LOCALE 'C.UTF-8' ENCODING 'UTF8'"
         await conn.execute(sql)
     finally:
         await conn.close()
@@ -154,8 +183,24 @@ async def table_names(dsn: str) -> set[str]:
         await conn.close()
 
 
-def create_database_sync(name: str | None = None, *, template: str | None = None) -> PgDatabase:
-    return asyncio.run(create_database(name, template=template))
+async def collation_of(dsn: str) -> tuple[str, str | None]:
+    """The database's locale provider (``c`` libc, ``i`` ICU) and its ICU locale."""
+    conn = await _connect(dsn)
+    try:
+        row = await conn.fetchrow(
+            "SELECT datlocprovider::text AS p, daticulocale AS l"
+            " FROM pg_database WHERE datname = current_database()"
+        )
+        assert row is not None
+        return str(row["p"]), row["l"]
+    finally:
+        await conn.close()
+
+
+def create_database_sync(
+    name: str | None = None, *, template: str | None = None, icu_locale: object = _DEFAULT
+) -> PgDatabase:
+    return asyncio.run(create_database(name, template=template, icu_locale=icu_locale))
 
 
 def drop_database_sync(name: str) -> None:

@@ -3,7 +3,8 @@
 PostgreSQL: one database per test session (``tl_test_…``), migrated once; each test starts from
 it emptied (``DELETE``, about a millisecond). Tests that need an unmigrated database get a fresh
 one of their own. Everything created is dropped at the end. Without a reachable server the postgres
-cases skip, unless ``CI`` is set: then they fail.
+cases skip, unless ``CI`` is set: then they fail. ``THREADLOOM_PG_ICU=1`` makes every PostgreSQL
+database here use an ICU (en-US) collation instead of the server's default.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ def pg_session_db() -> Iterator[pg.PgDatabase]:
     pg.require()
     db = pg.create_database_sync(pg.new_name("store"))
     try:
+        locale = pg.session_icu_locale()
+        if locale is not None:  # THREADLOOM_PG_ICU: the whole suite on an ICU collation
+            assert asyncio.run(pg.collation_of(db.dsn)) == ("i", locale)
         asyncio.run(_migrate(db.url))
         yield db
     finally:
