@@ -140,17 +140,27 @@ def parse_job(text: str, *, name: str, base_dir: Path, **overrides: Any) -> JobS
         raise JobFileError(f"{name}:1: missing [job] table (it needs at least name and goal)")
     tasks = data.get("task", [])
     if not isinstance(tasks, list):
-        raise JobFileError(f"{name}:{locate.line(('task',))}: 'task' must be [[task]] tables")
+        single = locate.header_line("[task]")
+        line = single if single is not None else locate.line(("task",))
+        raise JobFileError(
+            f"{name}:{line}: tasks are written [[task]] (an array of tables), not [task]"
+        )
     raw = dict(job)
     raw["tasks"] = tasks
     raw["base_dir"] = str(base_dir)
-    for key, value in overrides.items():
-        if value is not None:
-            raw[key] = value
+    flags = {key: value for key, value in overrides.items() if value is not None}
+    for key, value in flags.items():
+        if isinstance(value, str) and value.startswith("scripted:"):
+            # a flag's relative path is the user's, typed where they stand: the current
+            # directory, not the job file's folder
+            path = Path(value.split(":", 1)[1]).expanduser()
+            value = f"scripted:{(Path.cwd() / path).resolve()}"
+        raw[key] = value
     try:
         spec = JobSpec.model_validate(raw)
     except ValidationError as err:
-        raise JobFileError(_describe(err, name, locate, raw)) from None
+        raise JobFileError(_describe(err, name, locate, raw, flags)) from None
+    _check_models(spec, name, locate, flags)
     seen: dict[str, int] = {}
     for i, t in enumerate(spec.tasks):
         if t.id in seen:
@@ -160,11 +170,51 @@ def parse_job(text: str, *, name: str, base_dir: Path, **overrides: Any) -> JobS
             )
         seen[t.id] = i
     if not spec.workspace_path.is_dir():
+        what = (
+            "is a file, not a directory"
+            if spec.workspace_path.exists()
+            else "does not exist (no such directory)"
+        )
         raise JobFileError(
-            f"{name}:{locate.line(('job', 'workspace'))}: job.workspace: directory"
-            f" {spec.workspace_path} does not exist"
+            f"{name}:{locate.line(('job', 'workspace'))}: job.workspace:"
+            f" {spec.workspace_path} {what}"
         )
     return spec
+
+
+FLAG_NAMES = {
+    "model": "--model",
+    "worker_model": "--worker-model",
+    "max_parallel": "--max-parallel",
+    "budget_tokens": "--budget-tokens",
+}
+"""The ``run`` flag that sets each overridable key: an error in its value names the flag."""
+
+
+def _where(name: str, locate: _Locator, file_loc: tuple[Any, ...], flags: dict[str, Any]) -> str:
+    if len(file_loc) == 2 and file_loc[0] == "job" and file_loc[1] in flags:
+        return FLAG_NAMES.get(str(file_loc[1]), f"--{file_loc[1]}")
+    return f"{name}:{locate.line(file_loc)}"
+
+
+def _check_models(spec: JobSpec, name: str, locate: _Locator, flags: dict[str, Any]) -> None:
+    """Every model spec the job names parses (SPEC §Model specs), or the error names its key
+    and line (or its flag)."""
+    from workers import ModelSpecError, parse_model_spec
+
+    named: list[tuple[tuple[Any, ...], str, str]] = [(("job", "model"), "job.model", spec.model)]
+    if spec.worker_model:
+        named.append((("job", "worker_model"), "job.worker_model", spec.worker_model))
+    for i, task in enumerate(spec.tasks):
+        if task.model:
+            named.append((("task", i, "model"), f"task[{i}].model", task.model))
+    for loc, label, value in named:
+        try:
+            parse_model_spec(value)
+        except ModelSpecError as err:
+            where = _where(name, locate, loc, flags)
+            shown = where if where.startswith("--") else f"{where}: {label}"
+            raise JobFileError(f"{shown}: {err}") from None
 
 
 _FIELD_NAMES = {
@@ -174,7 +224,13 @@ _FIELD_NAMES = {
 }
 
 
-def _describe(err: ValidationError, name: str, locate: _Locator, raw: dict[str, Any]) -> str:
+def _describe(
+    err: ValidationError,
+    name: str,
+    locate: _Locator,
+    raw: dict[str, Any],
+    flags: dict[str, Any] | None = None,
+) -> str:
     e = err.errors()[0]
     loc = tuple(e["loc"])
     # the file's own spelling: [job] keys live under job, tasks under [[task]]
@@ -194,7 +250,10 @@ def _describe(err: ValidationError, name: str, locate: _Locator, raw: dict[str, 
         return f"{name}:{locate.line(file_loc)}: {label}: unknown key{hint}"
     if kind == "missing":
         return f"{name}:{locate.line(file_loc[:-1])}: {label}: missing required key"
-    return f"{name}:{locate.line(file_loc)}: {label}: {e['msg']}"
+    where = _where(name, locate, file_loc, flags or {})
+    if where.startswith("--"):
+        return f"{where}: {e['msg']} (got {e.get('input')!r})"
+    return f"{where}: {label}: {e['msg']}"
 
 
 class _Locator:
@@ -202,7 +261,14 @@ class _Locator:
     files people write: ``[job]``, ``[job.worker]`` and ``[[task]]`` headers with keys below."""
 
     def __init__(self, text: str) -> None:
-        self.lines = text.splitlines()
+        # TOML ends lines at "\n" only; ``str.splitlines`` would also split at U+2028 & co.
+        # inside strings and shift every line number after them
+        self.lines = [line.rstrip("\r") for line in text.split("\n")]
+
+    def header_line(self, header: str) -> int | None:
+        """1-based line of the first ``header`` (e.g. ``[task]``), or None."""
+        found = self._header_lines(header)
+        return found[0] + 1 if found else None
 
     def _header_lines(self, header: str) -> list[int]:
         pat = re.compile(r"^\s*" + re.escape(header) + r"\s*(#.*)?$")
