@@ -173,7 +173,8 @@ class JobRuntime:
         if self._sandbox is None:
             mode = self.job.worker_sandbox
             if mode == "none":
-                self._sandbox = SandboxSettings(mode="none")
+                # The file tools refuse the hidden paths whatever runs bash: always pass them.
+                self._sandbox = SandboxSettings(mode="none", hidden=tuple(self._hidden_paths()))
                 return self._sandbox
             status = require_sandbox(mode)
             job = format_ref(self.lead_id)
@@ -193,17 +194,22 @@ class JobRuntime:
         return self._sandbox
 
     def _hidden_paths(self) -> list[Path]:
-        """The database and the job logs, unreadable from sandboxed commands: their directory,
-        or the files themselves when that directory holds the workspace."""
+        """What no tool may reach (the file tools refuse it, the sandbox hides it): the
+        workspace's ``.threadloom`` directory always, and the database (with its ``-wal``,
+        ``-shm``, ``-journal``) and the job logs wherever they are: their directory, or the
+        files themselves when that directory holds the workspace."""
+        workspace = self.job.workspace_path
+        hidden = [workspace / ".threadloom"]
         db = self.store.db.path
         if db is None:
-            return []
+            return hidden
         folder = db.parent.resolve()
-        workspace = self.job.workspace_path
         if workspace == folder or workspace.is_relative_to(folder):
             names = [db.name, f"{db.name}-wal", f"{db.name}-shm", f"{db.name}-journal", "logs"]
-            return [folder / n for n in names]
-        return [folder]
+            hidden += [folder / n for n in names]
+        else:
+            hidden.append(folder)
+        return hidden
 
     async def run(
         self, info: ThreadInfo, *, model_spec: str | None = None, message: str | None = None

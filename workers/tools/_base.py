@@ -48,7 +48,11 @@ class ToolContext:
     network: bool = False
     """Under the sandbox: whether a command may use the network."""
     hidden: tuple[Path, ...] = ()
-    """Under the sandbox: more paths made unreadable (the threadloom database directory)."""
+    """Paths no tool may reach, whatever the sandbox mode: threadloom's database (and its
+    ``-wal``/``-shm``/``-journal``), the job logs. The file tools refuse them by resolved path and
+    (for the files in them) by device and inode, ``list_files``/``grep`` never show them, and the
+    sandbox mounts them empty. The workspace's ``.threadloom/`` is always added by the file tools
+    (``workers.tools._paths.Guard``), even when this is empty."""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from ._base import BlockingTool, ToolContext, ToolInput, ToolOutput, display_path, workspace_root
 from ._errors import ToolFailure
-from ._paths import open_regular, replace_contents, resolve_in_workspace
+from ._paths import Guard, open_regular, replace_contents, resolve_in_workspace
 
 MAX_EDIT_BYTES = 64 * 1024 * 1024
 """A file is edited in memory; larger ones are refused rather than risking the worker."""
@@ -38,9 +38,10 @@ class EditFileTool(BlockingTool[EditFileInput]):
 
     def run_blocking(self, args: EditFileInput, ctx: ToolContext) -> ToolOutput:
         root = workspace_root(ctx)
-        path = resolve_in_workspace(root, args.path, must_exist=True)
+        guard = Guard.of(root, ctx.hidden)
+        path = resolve_in_workspace(root, args.path, must_exist=True, for_write=True, guard=guard)
         shown = display_path(root, path)
-        with os.fdopen(open_regular(path, root), "rb") as file:
+        with os.fdopen(open_regular(path, root, guard=guard), "rb") as file:
             data = file.read(MAX_EDIT_BYTES + 1)
         if len(data) > MAX_EDIT_BYTES:
             raise ToolFailure(f"{shown} is larger than {MAX_EDIT_BYTES} bytes; edit it with bash")
@@ -75,7 +76,9 @@ class EditFileTool(BlockingTool[EditFileInput]):
                 "matches exactly once, or set replace_all=true to replace every occurrence"
             )
         replaced = text.replace(old, new) if args.replace_all else text.replace(old, new, 1)
-        replace_contents(open_regular(path, root, write=True), replaced.encode("utf-8"))
+        replace_contents(
+            open_regular(path, root, write=True, guard=guard), replaced.encode("utf-8")
+        )
         done = count if args.replace_all else 1
         text_out = f"Replaced {done} occurrence{'s' if done != 1 else ''} in {shown}"
         if crlf:

@@ -22,7 +22,7 @@ from ._glob import OverrideGlob
 from ._grep_common import MAX_MATCHES, GrepResult
 from ._grep_python import grep_python
 from ._grep_ripgrep import RipgrepUnusable, grep_ripgrep
-from ._paths import resolve_in_workspace
+from ._paths import Guard, resolve_in_workspace
 
 Engine = Literal["auto", "ripgrep", "python"]
 
@@ -67,14 +67,17 @@ class GrepTool(Tool[GrepInput]):
             )
         glob_text = args.glob.strip() if args.glob is not None else ""
         glob = OverrideGlob.parse(glob_text) if glob_text else None
-        target = await asyncio.to_thread(resolve_in_workspace, root, args.path, must_exist=True)
+        guard = await asyncio.to_thread(Guard.of, root, ctx.hidden)
+        target = await asyncio.to_thread(
+            resolve_in_workspace, root, args.path, must_exist=True, guard=guard
+        )
         if not target.is_dir() and not target.is_file():
             raise ToolFailure(f"{display_path(root, target)} is not a regular file or directory")
-        result = await self._search(root, target, args.pattern, glob)
+        result = await self._search(root, target, args.pattern, glob, guard)
         return ToolOutput(_render(result, args, display_path(root, target)))
 
     async def _search(
-        self, root: Path, target: Path, pattern: str, glob: OverrideGlob | None
+        self, root: Path, target: Path, pattern: str, glob: OverrideGlob | None, guard: Guard
     ) -> GrepResult:
         rg = shutil.which("rg") if self.engine != "python" else None
         if self.engine == "ripgrep" and rg is None:
@@ -83,11 +86,19 @@ class GrepTool(Tool[GrepInput]):
             target_rel = str(target.relative_to(root))
             try:
                 return await grep_ripgrep(
-                    rg, root, target_rel, pattern, glob.original if glob else None, cap=self.cap
+                    rg,
+                    root,
+                    target_rel,
+                    pattern,
+                    glob.original if glob else None,
+                    cap=self.cap,
+                    guard=guard,
                 )
             except RipgrepUnusable:
                 pass
-        return await asyncio.to_thread(grep_python, root, target, pattern, glob, cap=self.cap)
+        return await asyncio.to_thread(
+            grep_python, root, target, pattern, glob, cap=self.cap, guard=guard
+        )
 
 
 def _render(result: GrepResult, args: GrepInput, where: str) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 from ._errors import ToolFailure
 from ._glob import OverrideGlob
 from ._grep_common import GrepResult, show_line
-from ._paths import open_regular, walk_tree
+from ._paths import Guard, open_regular, walk_tree
 
 
 def compile_pattern(pattern: str) -> re.Pattern[str]:
@@ -28,13 +28,20 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
 
 
 def grep_python(
-    root: Path, target: Path, pattern: str, glob: OverrideGlob | None, *, cap: int
+    root: Path,
+    target: Path,
+    pattern: str,
+    glob: OverrideGlob | None,
+    *,
+    cap: int,
+    guard: Guard | None = None,
 ) -> GrepResult:
     regex = compile_pattern(pattern)
     result = GrepResult(cap=cap)
-    for rel, path in _candidates(root, target, glob):
+    guard = guard or Guard.of(root)
+    for rel, path in _candidates(root, target, glob, guard):
         try:
-            with os.fdopen(open_regular(path, root), "rb") as file:
+            with os.fdopen(open_regular(path, root, guard=guard), "rb") as file:
                 matches: list[tuple[int, str]] = []
                 count = 0
                 binary = False
@@ -55,7 +62,9 @@ def grep_python(
     return result
 
 
-def _candidates(root: Path, target: Path, glob: OverrideGlob | None) -> Iterator[tuple[str, Path]]:
+def _candidates(
+    root: Path, target: Path, glob: OverrideGlob | None, guard: Guard
+) -> Iterator[tuple[str, Path]]:
     if not target.is_dir():
         yield os.path.relpath(target, root), target
         return
@@ -63,6 +72,6 @@ def _candidates(root: Path, target: Path, glob: OverrideGlob | None) -> Iterator
     def skip(rel: bytes, is_dir: bool) -> bool:
         return glob is not None and glob.decide(rel, is_dir) == "exclude"
 
-    for rel, entry in walk_tree(root, target, skip=skip):
+    for rel, entry in walk_tree(root, target, skip=skip, guard=guard):
         if not entry.is_symlink() and entry.is_file(follow_symlinks=False):
             yield rel, Path(entry.path)

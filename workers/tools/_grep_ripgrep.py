@@ -13,11 +13,14 @@ import asyncio
 import base64
 import contextlib
 import json
+import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ._errors import ToolFailure
 from ._grep_common import GrepResult, show_line
+from ._paths import Guard
 
 LINE_LIMIT = 32 * 1024 * 1024
 STDERR_LIMIT = 64 * 1024
@@ -28,7 +31,10 @@ class RipgrepUnusable(Exception):
     engine instead."""
 
 
-def ripgrep_command(rg: str, target_rel: str, pattern: str, glob: str | None) -> list[str]:
+def ripgrep_command(
+    rg: str, target_rel: str, pattern: str, glob: str | None, excluded: Sequence[str] = ()
+) -> list[str]:
+    """``excluded``: workspace-relative paths never searched (threadloom's hidden record)."""
     command = [
         rg,
         "--no-config",
@@ -45,15 +51,27 @@ def ripgrep_command(rg: str, target_rel: str, pattern: str, glob: str | None) ->
     if glob is not None:
         command += ["--glob", glob]
     # Last, so it wins over the user's glob (later globs take precedence in ripgrep).
-    command += ["--glob", "!.git", "--regexp", pattern, "--", target_rel]
+    command += ["--glob", "!.git"]
+    for rel in excluded:
+        command += ["--glob", "!/" + _glob_escape(rel)]
+    command += ["--regexp", pattern, "--", target_rel]
     return command
 
 
 async def grep_ripgrep(
-    rg: str, root: Path, target_rel: str, pattern: str, glob: str | None, *, cap: int
+    rg: str,
+    root: Path,
+    target_rel: str,
+    pattern: str,
+    glob: str | None,
+    *,
+    cap: int,
+    guard: Guard | None = None,
 ) -> GrepResult:
+    guard = guard or Guard.of(root)
+    excluded = [h.relative_to(root).as_posix() for h in guard.hidden if h.is_relative_to(root)]
     proc = await asyncio.create_subprocess_exec(
-        *ripgrep_command(rg, target_rel, pattern, glob),
+        *ripgrep_command(rg, target_rel, pattern, glob, excluded),
         cwd=root,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
@@ -64,7 +82,7 @@ async def grep_ripgrep(
     assert proc.stderr is not None
     stderr_task = asyncio.create_task(_read_capped(proc.stderr))
     try:
-        result, finished = await _parse(proc.stdout, cap)
+        result, finished = await _parse(proc.stdout, cap, root, guard)
         code = await proc.wait()
         stderr = await stderr_task
     finally:
@@ -85,7 +103,9 @@ async def grep_ripgrep(
     return result
 
 
-async def _parse(stream: asyncio.StreamReader, cap: int) -> tuple[GrepResult, bool]:
+async def _parse(
+    stream: asyncio.StreamReader, cap: int, root: Path, guard: Guard
+) -> tuple[GrepResult, bool]:
     result = GrepResult(cap=cap)
     pending: list[tuple[int, str]] = []
     pending_count = 0
@@ -107,11 +127,27 @@ async def _parse(stream: asyncio.StreamReader, cap: int) -> tuple[GrepResult, bo
             if len(pending) < result.room:
                 pending.append((int(data["line_number"]), show_line(_bytes(data["lines"]))))
         elif kind == "end":
-            if data.get("binary_offset") is None and pending_count:
-                result.add_file(_path(data["path"]), pending, pending_count)
+            path = _path(data["path"])
+            if data.get("binary_offset") is None and pending_count and _shown(root, path, guard):
+                result.add_file(path, pending, pending_count)
             pending, pending_count = [], 0
         elif kind == "summary":
             finished = True
+
+
+def _shown(root: Path, rel: bytes, guard: Guard) -> bool:
+    """Not a hard link to a hidden file (the globs exclude hidden paths by name)."""
+    if not guard.hidden_ids:
+        return True
+    try:
+        st = os.stat(os.path.join(os.fsencode(root), rel), follow_symlinks=False)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) not in guard.hidden_ids
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]{}!\\" else c for c in text)
 
 
 def _bytes(value: dict[str, str]) -> bytes:

@@ -19,7 +19,7 @@ from ._base import (
     workspace_root,
 )
 from ._glob import PathGlob
-from ._paths import link_target_inside, resolve_in_workspace, walk_tree
+from ._paths import Guard, link_target_inside, resolve_in_workspace, walk_tree
 
 MAX_ENTRIES = 1000
 
@@ -47,9 +47,10 @@ class ListFilesTool(BlockingTool[ListFilesInput]):
 
     def run_blocking(self, args: ListFilesInput, ctx: ToolContext) -> ToolOutput:
         root = workspace_root(ctx)
-        top = resolve_in_workspace(root, args.path, must_exist=True)
+        guard = Guard.of(root, ctx.hidden)
+        top = resolve_in_workspace(root, args.path, must_exist=True, guard=guard)
         glob = PathGlob.parse(args.pattern) if args.pattern is not None else None
-        files = _files(root, top, glob)
+        files = _files(root, top, glob, guard)
         shown = list(itertools.islice(files, MAX_ENTRIES))
         more = sum(1 for _ in files)
         where = display_path(root, top)
@@ -63,16 +64,16 @@ class ListFilesTool(BlockingTool[ListFilesInput]):
         return ToolOutput("\n".join(lines))
 
 
-def _files(root: Path, top: Path, glob: PathGlob | None) -> Iterator[str]:
+def _files(root: Path, top: Path, glob: PathGlob | None, guard: Guard) -> Iterator[str]:
     if not top.is_dir():
         if glob is None or glob.matches(os.fsencode(top.name)):
             yield os.path.relpath(top, root)
         return
     top_rel = os.path.relpath(top, root)
     strip = 0 if top_rel == "." else len(os.fsencode(top_rel)) + 1
-    for rel, entry in walk_tree(root, top):
+    for rel, entry in walk_tree(root, top, guard=guard):
         if entry.is_symlink():
-            if not link_target_inside(root, entry.path):
+            if not link_target_inside(root, entry.path, guard):
                 continue
         elif not entry.is_file(follow_symlinks=False):
             continue

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from ._base import BlockingTool, ToolContext, ToolInput, ToolOutput, display_path, workspace_root
 from ._errors import ToolFailure
-from ._paths import open_regular, resolve_in_workspace
+from ._paths import Guard, open_regular, resolve_in_workspace
 
 DEFAULT_LIMIT = 2000
 MAX_LINE_CHARS = 2000
@@ -39,14 +39,15 @@ class ReadFileTool(BlockingTool[ReadFileInput]):
 
     def run_blocking(self, args: ReadFileInput, ctx: ToolContext) -> ToolOutput:
         root = workspace_root(ctx)
-        path = resolve_in_workspace(root, args.path, must_exist=True)
+        guard = Guard.of(root, ctx.hidden)
+        path = resolve_in_workspace(root, args.path, must_exist=True, guard=guard)
         shown_path = display_path(root, path)
         first = args.offset or 1
         last_wanted = first + (args.limit or DEFAULT_LIMIT) - 1
         lines: list[str] = []
         total = 0
         undecodable = False
-        with os.fdopen(open_regular(path, root), "rb") as file:
+        with os.fdopen(open_regular(path, root, guard=guard), "rb") as file:
             if b"\x00" in file.read(BINARY_SNIFF_BYTES):
                 size = os.fstat(file.fileno()).st_size
                 raise ToolFailure(

@@ -6,7 +6,13 @@ from pydantic import Field
 
 from ._base import BlockingTool, ToolContext, ToolInput, ToolOutput, display_path, workspace_root
 from ._errors import ToolFailure
-from ._paths import make_parent_dirs, open_regular, replace_contents, resolve_in_workspace
+from ._paths import (
+    Guard,
+    make_parent_dirs,
+    open_regular,
+    replace_contents,
+    resolve_in_workspace,
+)
 
 
 class WriteFileInput(ToolInput):
@@ -29,17 +35,18 @@ class WriteFileTool(BlockingTool[WriteFileInput]):
         root = workspace_root(ctx)
         if args.path.endswith("/"):
             raise ToolFailure(f"{args.path!r} ends with '/': give the path of a file")
-        path = resolve_in_workspace(root, args.path, must_exist=False, for_write=True)
+        guard = Guard.of(root, ctx.hidden)
+        path = resolve_in_workspace(root, args.path, must_exist=False, for_write=True, guard=guard)
         shown = display_path(root, path)
         if path.is_dir():
             raise ToolFailure(f"{shown} is a directory")
         new_dirs = make_parent_dirs(root, path)
         data = args.content.encode("utf-8")
         try:
-            fd = open_regular(path, root, write=True, create=True, exclusive=True)
+            fd = open_regular(path, root, write=True, create=True, exclusive=True, guard=guard)
             created = True
         except FileExistsError:
-            fd = open_regular(path, root, write=True)
+            fd = open_regular(path, root, write=True, guard=guard)
             created = False
         replace_contents(fd, data)
         verb = "Created" if created else "Overwrote"
