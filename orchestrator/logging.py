@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, TextIO, cast
 
@@ -58,7 +59,10 @@ def configure_logging(
         renderer = structlog.processors.JSONRenderer()
         shared.append(structlog.processors.format_exc_info)
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=_isatty(out))
+        # a crash on the console is one line naming where the traceback went; the traceback
+        # itself (no locals: they hold prompts and outputs) only with -v
+        formatter = structlog.dev.plain_traceback if int(verbose) >= 1 else _brief_exception
+        renderer = structlog.dev.ConsoleRenderer(colors=_isatty(out), exception_formatter=formatter)
     renderer = _Redacting(renderer)
     structlog.configure(
         processors=[*shared, renderer],
@@ -85,6 +89,14 @@ def configure_logging(
     root.setLevel(max(level, logging.INFO))
 
 
+def _brief_exception(sio: TextIO, exc_info: Any) -> None:
+    exc = exc_info[1] if isinstance(exc_info, tuple) else None
+    summary = f"{type(exc).__name__}: {' '.join(str(exc).split())}" if exc else "an exception"
+    where = _JOB_LOG.current_path()
+    shown = f"the traceback is in {where}" if where else "-v shows the traceback"
+    sio.write(f"\n  {summary[:300]} ({shown})")
+
+
 def get_logger(name: str | None = None) -> Any:
     return structlog.get_logger(name)
 
@@ -108,11 +120,21 @@ class _JobLog:
         self.directory: Path | None = None
         self.console_level = logging.WARNING
         self._files: dict[str, TextIO] = {}
+        self._last_job: str | None = None
+
+    def current_path(self) -> Path | None:
+        """The job log most recently written to, if any."""
+        if self.directory is None or self._last_job is None:
+            return None
+        return self.directory / f"{self._last_job}.jsonl"
 
     def __call__(self, _logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
         job = event.get("job")
         if self.directory is not None and isinstance(job, str) and job.startswith("T-"):
-            self._write(job, event)
+            self._last_job = job
+            exc_info = event.get("exc_info")
+            # the log keeps the whole traceback as text (the console shows one line)
+            self._write(job, {**event, "exc_info": _format_exc(exc_info)} if exc_info else event)
         if logging.getLevelNamesMapping().get(method.upper(), logging.INFO) < self.console_level:
             raise structlog.DropEvent
         return event
@@ -138,6 +160,16 @@ class _JobLog:
             except OSError:
                 pass
         self._files.clear()
+
+
+def _format_exc(exc_info: Any) -> str:
+    if exc_info is True:
+        exc_info = sys.exc_info()
+    if isinstance(exc_info, BaseException):
+        exc_info = (type(exc_info), exc_info, exc_info.__traceback__)
+    if isinstance(exc_info, tuple) and exc_info[0] is not None:
+        return "".join(traceback.format_exception(*exc_info))
+    return str(exc_info)
 
 
 _JOB_LOG = _JobLog()

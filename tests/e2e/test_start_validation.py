@@ -95,3 +95,30 @@ def test_a_job_with_one_worker_done_is_done(env: Env) -> None:
     assert res.code == 0, res.stderr
     assert sorted(w["status"] for w in res.json["workers"]) == ["done", "failed"]
     assert json.dumps(res.json["status"]) == '"done"'
+
+
+def test_a_crash_is_one_line_on_the_console_and_the_traceback_is_in_the_job_log(
+    env: Env,
+) -> None:
+    # a worker whose message matches no rule: the scripted model raises, the thread crashes
+    job = env.job(
+        "crash",
+        [{"match": "Job: crash", "turns": [{"text": "report"}]}],
+        [{"id": "a", "title": "A", "prompt": "p"}],
+    )
+    res = env.run("run", str(job))
+    assert "Traceback" not in res.stderr, res.stderr
+    crashed = [ln for ln in res.stderr.splitlines() if "thread.crashed" in ln]
+    assert len(crashed) == 1, res.stderr
+    assert len(res.stderr.splitlines()) < 15, res.stderr
+    assert "the traceback is in" in res.stderr
+    logs = list((env.root / ".threadloom" / "logs").glob("*.jsonl"))
+    if not logs:
+        logs = list(env.db.parent.glob("logs/*.jsonl"))
+    events = [json.loads(line) for p in logs for line in p.read_text().splitlines()]
+    crash = next(e for e in events if e["event"] == "thread.crashed")
+    assert "Traceback (most recent call last)" in crash["exc_info"]
+    assert "ScriptError" in crash["exc_info"]
+    verbose = env.run("-v", "run", str(job))
+    assert "Traceback (most recent call last)" in verbose.stderr
+    assert len(verbose.stderr.splitlines()) < 400  # a plain traceback, no locals
