@@ -2,8 +2,9 @@
 
 Both engines give identical results (a test runs both on the same tree): lines
 ``path:line:text`` with the path relative to the workspace, sorted by path (tree order) then line
-number, hidden files searched, nothing ignored except ``.git``, symlinks never followed, binary
-files skipped, at most ``MAX_MATCHES`` shown with a count of the rest.
+number, hidden files searched, nothing ignored except ``.git`` and threadloom's own record (the
+``Guard``'s hidden paths, by name and by inode), symlinks never followed, binary files skipped,
+at most ``MAX_MATCHES`` shown with a count of the rest.
 """
 
 from __future__ import annotations
