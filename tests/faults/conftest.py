@@ -89,3 +89,11 @@ def reported_turns(log_dir: Path) -> set[tuple[str, int]]:
             if event.get("event") == "turn.stored":
                 out.add((str(event["thread"]), int(event["seq"])))
     return out
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The escape corpus's counts, as JSON, when it ran (``test_escape_corpus.py``)."""
+    from tests.faults import _corpus
+
+    if _corpus.RESULTS:
+        terminalreporter.write_line("escape corpus: " + json.dumps(_corpus.summary()))
