@@ -574,9 +574,12 @@ def test_unprivileged_user_runs_the_corpus() -> None:
         text=True,
         check=False,
     )
-    assert probe.stdout.strip() == "ok", (
-        f"nobody cannot run the venv's python on the repository: {probe.stderr.strip()}"
-    )
+    if probe.stdout.strip() != "ok":
+        # the issue asks for this run "if the machine allows": say plainly why it does not
+        pytest.skip(
+            f"this machine does not let nobody run the corpus: {sys.executable} on {REPO} is "
+            f"not reachable by uid {NOBODY} ({probe.stderr.strip()[-300:]})"
+        )
     tmp = Path(tempfile.mkdtemp(prefix="threadloom-nobody-"))
     try:
         os.chown(tmp, NOBODY, NOBODY)
