@@ -144,6 +144,7 @@ class World:
             self.keys,
             self.ws / ".git",
             self.ws / "wt" / ".git",
+            self.ws / "sub" / ".git",
             self.ws / ".threadloom",
             self.root / "elsewhere",
         ]
@@ -190,6 +191,7 @@ def build_world(root: Path) -> World:
 
     subprocess.run(["git", "init", "-q", str(ws)], check=True)
     (ws / "src.py").write_text("print('hello')\n")
+    subprocess.run(["git", "init", "-q", str(ws / "sub")], check=True)
     (ws / "wt").mkdir()
     (ws / "wt" / ".git").write_text(f"gitdir: {ws / '.git' / 'worktrees' / 'wt'}\n")
     (ws / "link-out").symlink_to(outside / "secret.txt")
@@ -583,6 +585,7 @@ ATTEMPTS: list[Attempt] = [
     ),
     _fa("write-worktree-git-file", "write_file", path="wt/.git", content="gitdir: /tmp/evil\n"),
     _fa("edit-worktree-git-file", "edit_file", path="wt/.git", old="gitdir:", new="gitdir: /x"),
+    _fa("write-nested-repo-git-config", "write_file", path="sub/.git/config", content="x"),
     _fa("write-git-dotdot-spelling", "write_file", path="wt/../.git/config", content="x"),
     # ---- bash under bubblewrap: privileges and mounts
     _sh("bash-remount-root-rw", "mount -o remount,rw / && E remount; echo x > {outside}/rw.txt"),
@@ -628,6 +631,7 @@ ATTEMPTS: list[Attempt] = [
         "git config core.fsmonitor 'touch /tmp/pwned'; echo x >> .git/config",
     ),
     _sh("bash-write-git-hook", "echo 'touch /tmp/pwned' > .git/hooks/post-checkout"),
+    _sh("bash-write-nested-repo-hook", "echo 'touch /tmp/pwned' > sub/.git/hooks/pre-commit"),
     _sh("bash-rewrite-worktree-git-file", "echo 'gitdir: /tmp/evil' > wt/.git"),
     _sh(
         "bash-sqlite-update-messages",
