@@ -82,16 +82,28 @@ class Isolation:
     """Worktree isolation of one job: where its worktrees go, how they are named, created,
     checkpointed, and how a worker's result is given its branch and diff stat."""
 
-    def __init__(self, store: Store, *, job_id: str, base: wt.JobBase, worktrees: Path) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        job_id: str,
+        base: wt.JobBase,
+        worktrees: Path,
+        db: Path | None = None,
+    ) -> None:
         self.store = store
+        self.excludes = wt.capture_excludes(base.root, db)
         self.job_id = job_id
         self.base = base
         self.worktrees = worktrees
         self._taken: set[str] = set()
 
     @classmethod
-    async def of_job(cls, store: Store, lead: ThreadInfo) -> Isolation | None:
-        """The isolation of the job ``lead`` runs, or None (``isolation = "none"``)."""
+    async def of_job(
+        cls, store: Store, lead: ThreadInfo, *, db: Path | None = None
+    ) -> Isolation | None:
+        """The isolation of the job ``lead`` runs, or None (``isolation = "none"``). ``db`` is
+        the database file, never captured by a checkpoint when it lies inside the repository."""
         raw = (lead.task or {}).get("isolation")
         if not isinstance(raw, dict):
             return None
@@ -103,7 +115,9 @@ class Isolation:
             dirty=bool(raw.get("dirty")),
         )
         common = await wt.common_dir(base.root)
-        return cls(store, job_id=lead.id, base=base, worktrees=common.joinpath(*WORKTREES_DIR))
+        return cls(
+            store, job_id=lead.id, base=base, worktrees=common.joinpath(*WORKTREES_DIR), db=db
+        )
 
     # ------------------------------------------------------------------ naming
 
@@ -146,7 +160,7 @@ class Isolation:
             info = await self.store.update_thread(
                 info.id, task={**(info.task or {}), **tree.task_fields()}
             )
-        if not await wt.is_worktree(tree.path):
+        if not await wt.is_worktree(tree.root, tree.path):
             found = await self.store.checkpoint_at(info.id, info.head_seq)
             start = found[1] if found else tree.base
             await wt.add_worktree(tree.root, tree.path, tree.branch, start)
@@ -164,8 +178,10 @@ class Isolation:
     ) -> Callable[[int], Awaitable[None]]:
         """The loop's ``after_tools`` hook: a checkpoint of the worktree after each turn that
         changed files, recorded with the tool-results message."""
-        head = await wt.resolve_commit(tree.path, "HEAD")
-        cp = wt.Checkpointer(tree.path, thread_id=info.id, last=head)
+        head = await wt.worktree_head(tree.root, tree.path)
+        cp = wt.Checkpointer(
+            tree.path, thread_id=info.id, last=head, root=tree.root, excludes=self.excludes
+        )
 
         async def after_tools(seq: int) -> None:
             commit = await cp(seq)
@@ -187,9 +203,10 @@ class Isolation:
         return result
 
 
-async def start_job(workspace: Path) -> wt.JobBase:
-    """Check the workspace and capture the job's base (before anything is stored)."""
-    return await wt.prepare_job(workspace)
+async def start_job(workspace: Path, *, db: Path | None = None) -> wt.JobBase:
+    """Check the workspace and capture the job's base (before anything is stored); ``db``, the
+    database file, is left out of it (with ``.threadloom/`` and the job logs)."""
+    return await wt.prepare_job(workspace, db=db)
 
 
 async def record_job_base(base: wt.JobBase, job_id: str) -> None:

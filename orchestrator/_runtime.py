@@ -141,7 +141,7 @@ class JobRuntime:
         """The job's worktree isolation (from its lead thread), or None."""
         if not self._isolation_loaded:
             lead = await self.store.get_thread(self.lead_id)
-            self._isolation = await Isolation.of_job(self.store, lead)
+            self._isolation = await Isolation.of_job(self.store, lead, db=self.store.db.path)
             self._isolation_loaded = True
         return self._isolation
 

@@ -24,26 +24,27 @@ repository cannot be isolated or the request cannot be honoured: exit 2).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shutil
+import signal
+import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-_REDIRECTING = (
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_COMMON_DIR",
-    "GIT_NAMESPACE",
-    "GIT_PREFIX",
-    "GIT_QUARANTINE_PATH",
+import structlog
+
+log = structlog.get_logger("threadloom.worktrees")
+
+_KEPT_GIT_VARS = frozenset(
+    {"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"}
 )
+"""The only ``GIT_*`` variables threadloom's git inherits (the user's identity): every other one
+could redirect git to another repository or index, or name a program to run."""
 _FALLBACK_IDENTITY = {
     "GIT_AUTHOR_NAME": "threadloom",
     "GIT_AUTHOR_EMAIL": "threadloom@localhost",
@@ -69,22 +70,59 @@ class GitResult:
     err: str
 
 
-_identity_ok: dict[str, bool] = {}
-
-
 def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for every git call: nothing inherited may redirect git elsewhere, no
-    prompt may wait for a terminal, output is not localised."""
-    env = {k: v for k, v in os.environ.items() if k not in _REDIRECTING}
-    env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GIT_CONFIG_NOSYSTEM": "1"})
+    """The environment for every git call: no inherited ``GIT_*`` variable but the identity, no
+    system or global configuration (nothing of ``/etc/gitconfig`` or ``~/.gitconfig`` runs),
+    no prompt waiting for a terminal, output not localised."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in _KEPT_GIT_VARS}
+    env.update(
+        {
+            "GIT_TERMINAL_PROMPT": "0",
+            "LC_ALL": "C",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_NO_REPLACE_OBJECTS": "1",
+        }
+    )
     if extra:
         env.update(extra)
     return env
 
 
-SAFE_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
-"""Nothing in the repository runs because threadloom ran git: no hooks (``worktree add`` would
-run post-checkout, a merge commit pre-merge-commit), no fsmonitor command."""
+SAFE_CONFIG = tuple(
+    arg
+    for pair in (
+        "core.hooksPath=/dev/null",
+        "core.fsmonitor=false",
+        "core.pager=cat",
+        "core.editor=true",
+        "core.askPass=true",
+        "core.sshCommand=ssh",
+        "core.attributesFile=/dev/null",
+        "credential.helper=",
+        "commit.gpgSign=false",
+        "tag.gpgSign=false",
+        "gc.auto=0",
+        "maintenance.auto=false",
+        "submodule.recurse=false",
+        "protocol.ext.allow=never",
+        "diff.external=true",
+    )
+    for arg in ("-c", pair)
+)
+"""Command-line configuration that wins over the repository's: nothing runs because threadloom
+ran git — no hooks (``worktree add`` would run post-checkout), no fsmonitor, pager, editor,
+askpass, credential helper, signing program, external diff, background gc or ``ext::``
+transport; no global attributes file. (System and global configuration are not read at all:
+``git_env``.) The repository's own configuration is the user's and is read, but workers never
+reach it; a worktree's own ``config.worktree`` is removed before threadloom acts on it."""
+
+GIT_TIMEOUT_S = 600.0
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 async def git(
@@ -93,25 +131,45 @@ async def git(
     env: Mapping[str, str] | None = None,
     check: bool = True,
     ok: Sequence[int] = (0,),
+    tree: GitTree | None = None,
+    input: bytes | None = None,
+    timeout: float | None = GIT_TIMEOUT_S,
 ) -> GitResult:
     """Run ``git ARGS`` in ``cwd``; raise ``WorktreeError`` naming the command when its exit
-    code is not in ``ok`` (unless ``check`` is off)."""
+    code is not in ``ok`` (unless ``check`` is off).
+
+    With ``tree`` (a verified worktree), git is told its git dir and work tree and never looks
+    for a ``.git`` file. git runs in a process group of its own: when the call is cancelled or
+    runs past ``timeout`` the group (git and anything it started) is killed with SIGKILL and
+    reaped before the cancellation (or ``WorktreeError``) goes on."""
+    where = tree.flags() if tree is not None else ()
     try:
         proc = await asyncio.create_subprocess_exec(
             "git",
             *SAFE_CONFIG,
+            *where,
             *args,
             cwd=cwd,
             env=git_env(env),
-            stdin=asyncio.subprocess.DEVNULL,
+            stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
         )
     except FileNotFoundError as missing:
         raise RepoStateError(
             f"git is not installed (needed by worktree isolation); {NONE_HINT}"
         ) from missing
-    out, err = await proc.communicate()
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(input), timeout)
+    except BaseException as exc:
+        _kill_group(proc)
+        await asyncio.shield(proc.wait())
+        if isinstance(exc, TimeoutError):
+            raise WorktreeError(
+                f"git {' '.join(args[:3])} in {cwd} ran longer than {timeout:g}s and was killed"
+            ) from None
+        raise
     res = GitResult(
         proc.returncode or 0, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     )
@@ -121,14 +179,108 @@ async def git(
     return res
 
 
+def _global_identity() -> dict[str, str]:
+    """``user.name``/``user.email`` of the user's global git configuration, read as plain
+    values (the file is never loaded by threadloom's git: ``GIT_CONFIG_GLOBAL=/dev/null``)."""
+    given = os.environ.get("GIT_CONFIG_GLOBAL")
+    home = Path(os.environ.get("HOME") or Path.home())
+    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
+    files = [Path(given)] if given else [xdg / "git" / "config", home / ".gitconfig"]
+    found: dict[str, str] = {}
+    for f in files:
+        if not f.is_file():
+            continue
+        for key in ("user.name", "user.email"):
+            res = subprocess.run(
+                ["git", "config", "--file", str(f), "--get", key],
+                capture_output=True,
+                text=True,
+                env=git_env(),
+                cwd="/",
+                check=False,
+                timeout=30,
+            )
+            if res.returncode == 0 and res.stdout.strip():
+                found[key] = res.stdout.strip()
+    if "user.name" in found and "user.email" in found:
+        name, email = found["user.name"], found["user.email"]
+        return {
+            "GIT_AUTHOR_NAME": name,
+            "GIT_AUTHOR_EMAIL": email,
+            "GIT_COMMITTER_NAME": name,
+            "GIT_COMMITTER_EMAIL": email,
+        }
+    return dict(_FALLBACK_IDENTITY)
+
+
+_identity: dict[str, dict[str, str]] = {}
+
+
 async def identity_env(root: Path) -> dict[str, str]:
-    """The user's own git identity is used for checkpoint and merge commits; when none is
+    """The user's git identity for checkpoint and merge commits: the repository's (or the
+    environment's), else the global configuration's ``user.name``/``user.email``; when none is
     configured (a fresh machine, CI), a neutral one instead of failing the worker."""
     key = str(root)
-    if key not in _identity_ok:
+    if key not in _identity:
         res = await git("var", "GIT_COMMITTER_IDENT", cwd=root, check=False)
-        _identity_ok[key] = res.code == 0
-    return {} if _identity_ok[key] else dict(_FALLBACK_IDENTITY)
+        _identity[key] = {} if res.code == 0 else await asyncio.to_thread(_global_identity)
+    return _identity[key]
+
+
+@dataclass(frozen=True, slots=True)
+class GitTree:
+    """A worktree threadloom created, with the git dir it verified: git is run with both given
+    explicitly, so a ``.git`` file rewritten by a worker cannot send it to another repository."""
+
+    git_dir: Path
+    work_tree: Path
+
+    def flags(self) -> tuple[str, ...]:
+        return (f"--git-dir={self.git_dir}", f"--work-tree={self.work_tree}")
+
+
+PRIVATE_DIR = ".threadloom"
+_ALWAYS_EXCLUDED = (
+    f":(exclude,glob)**/{PRIVATE_DIR}",
+    f":(exclude,glob)**/{PRIVATE_DIR}/**",
+)
+
+
+def capture_excludes(root: Path, db: Path | None) -> tuple[str, ...]:
+    """Pathspecs for what a base commit or checkpoint never captures: every ``.threadloom/``
+    directory, and — when the database lives inside the repository elsewhere — the database
+    file, its ``-wal``/``-shm``/``-journal`` and the ``logs`` directory beside it."""
+    out = list(_ALWAYS_EXCLUDED)
+    if db is not None:
+        db = db.absolute()
+        db = db.parent.resolve() / db.name
+        if db.is_relative_to(root):
+            rel = db.relative_to(root)
+            names = [rel.name + sfx for sfx in ("", "-wal", "-shm", "-journal")]
+            paths = [rel.with_name(n) for n in names] + [rel.parent / "logs"]
+            out += [f":(exclude,literal){p.as_posix()}" for p in paths]
+    return tuple(out)
+
+
+async def _drop_excluded(
+    root: Path,
+    env: Mapping[str, str],
+    excludes: Sequence[str],
+    head: str | None,
+    tree: GitTree | None = None,
+) -> None:
+    """Excluded paths already in the index (seeded from the user's, or committed at HEAD) keep
+    HEAD's version — never a newer one — so nothing new from them is ever written as an
+    object; with no HEAD they are dropped from the index."""
+    include = [p.replace(":(exclude,", ":(", 1) for p in excludes]
+    found = await git("ls-files", "-z", "--", *include, cwd=root, env=env, tree=tree)
+    if not found.out:
+        return
+    if head is not None:
+        await git("reset", "-q", head, "--", *include, cwd=root, env=env, tree=tree, ok=(0, 1))
+    else:
+        await git("rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", *include,
+                  cwd=root, env=env, tree=tree)  # fmt: skip
 
 
 # ----------------------------------------------------------------- the user's repository
@@ -181,11 +333,12 @@ async def common_dir(root: Path) -> Path:
     return (path if path.is_absolute() else root / path).resolve()
 
 
-async def prepare_job(workspace: Path) -> JobBase:
+async def prepare_job(workspace: Path, *, db: Path | None = None) -> JobBase:
     """Check the workspace can be isolated and capture its base, touching nothing of the
     user's: a merge in progress or unmerged paths are refused (``RepoStateError``); a dirty
     working tree (modified, deleted or untracked-and-not-ignored files) becomes a commit on top
-    of HEAD built with a temporary index, so the workers start from what the user sees."""
+    of HEAD built with a temporary index, so the workers start from what the user sees.
+    ``.threadloom/`` and the database ``db`` (with its logs) are never part of it."""
     workspace = _real(workspace)
     root = await repo_root(workspace)
     gitdir = Path((await git("rev-parse", "--absolute-git-dir", cwd=root)).out.strip())
@@ -203,14 +356,19 @@ async def prepare_job(workspace: Path) -> JobBase:
         )
     head_res = await git("rev-parse", "-q", "--verify", "HEAD^{commit}", cwd=root, check=False)
     head = head_res.out.strip() or None
-    status = await git("status", "--porcelain", "-z", "--untracked-files=all", cwd=root)
+    excludes = capture_excludes(root, db)
+    status = await git(
+        "status", "--porcelain", "-z", "--untracked-files=all", "--", ".", *excludes, cwd=root
+    )
     dirty = bool(status.out) or head is None
-    base = head if head and not dirty else await snapshot_tree(root, gitdir, head)
+    base = head if head and not dirty else await snapshot_tree(root, gitdir, head, excludes)
     rel = workspace.relative_to(root).as_posix() if workspace != root else ""
     return JobBase(root=root, rel=rel, base=base, head=head, dirty=base != head)
 
 
-async def snapshot_tree(root: Path, gitdir: Path, head: str | None) -> str:
+async def snapshot_tree(
+    root: Path, gitdir: Path, head: str | None, excludes: Sequence[str] = _ALWAYS_EXCLUDED
+) -> str:
     """A commit of the working tree as it is (on top of ``head``), built in a temporary index
     seeded from the user's (so unchanged files are not hashed again); the user's index, HEAD
     and files are not touched."""
@@ -219,7 +377,8 @@ async def snapshot_tree(root: Path, gitdir: Path, head: str | None) -> str:
         if (gitdir / "index").exists():
             shutil.copyfile(gitdir / "index", index)
         env = {"GIT_INDEX_FILE": str(index), **await identity_env(root)}
-        await git("add", "-A", cwd=root, env=env)
+        await git("add", "-A", "--", ".", *excludes, cwd=root, env=env)
+        await _drop_excluded(root, env, excludes, head)
         tree = (await git("write-tree", cwd=root, env=env)).out.strip()
     if head is not None:
         head_tree = (await git("rev-parse", f"{head}^{{tree}}", cwd=root)).out.strip()
@@ -307,11 +466,103 @@ async def remove_worktree(root: Path, path: Path) -> bool:
         return existed
 
 
-async def is_worktree(path: Path) -> bool:
-    if not _exists(path / ".git"):
+def _admin_dir(common: Path, path: Path) -> Path | None:
+    """The git dir git created for the worktree at ``path``: the entry of
+    ``<common>/worktrees/`` whose ``gitdir`` file names ``<path>/.git`` (read from the user's
+    ``.git``, never from the worktree)."""
+    want = _real(path)
+    admin = common / "worktrees"
+    if not admin.is_dir():
+        return None
+    for entry in sorted(admin.iterdir()):
+        with contextlib.suppress(OSError):
+            named = Path((entry / "gitdir").read_text().strip())
+            if named.name == ".git" and _real(named.parent) == want:
+                return entry
+    return None
+
+
+def _read_git_file(dotgit: Path) -> Path | None:
+    if dotgit.is_symlink() or not dotgit.is_file():
+        return None
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        text = dotgit.read_text()
+        if text.startswith("gitdir: "):
+            return Path(text[len("gitdir: ") :].strip())
+    return None
+
+
+def verify_tree(common: Path, path: Path) -> GitTree | None:
+    """The worktree at ``path`` with the git dir threadloom created for it, checked before any
+    git command acts on it, or None when ``path`` is not a registered worktree of ``common``.
+
+    - the git dir is ``<common>/worktrees/<name>`` whose ``gitdir`` names ``<path>/.git``, and
+      its ``commondir`` leads back to ``common`` (else ``WorktreeError``: the user's ``.git``
+      was altered, nothing is done);
+    - a ``.git`` file that no longer points there (rewritten, replaced by a directory or a
+      symlink) is restored and a warning logged; git is given the verified git dir anyway;
+    - a ``config.worktree`` in that git dir (threadloom never writes one) is removed, so no
+      worktree-specific configuration or include can take effect."""
+    if not path.is_dir():
+        return None
+    gitdir = _admin_dir(common, path)
+    if gitdir is None:
+        return None
+    try:
+        back = _real(gitdir / (gitdir / "commondir").read_text().strip())
+    except OSError as exc:
+        raise WorktreeError(f"{gitdir}: no readable commondir ({exc})") from exc
+    if back != _real(common):
+        raise WorktreeError(
+            f"{gitdir}: its commondir leads to {back}, not to {common}: the repository's"
+            " worktree records were altered; threadloom will not run git on this worktree"
+        )
+    dotgit = path / ".git"
+    pointed = _read_git_file(dotgit)
+    if pointed is None or _real(pointed if pointed.is_absolute() else path / pointed) != _real(
+        gitdir
+    ):
+        log.warning(
+            "worktree.git_file_restored",
+            worktree=str(path),
+            found=str(pointed) if pointed is not None else "not a gitdir file",
+            restored=str(gitdir),
+        )
+        if dotgit.is_dir() and not dotgit.is_symlink():
+            shutil.rmtree(dotgit)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                dotgit.unlink()
+        dotgit.write_text(f"gitdir: {gitdir}\n")
+    cfg = gitdir / "config.worktree"
+    if cfg.exists() or cfg.is_symlink():
+        log.warning("worktree.config_removed", worktree=str(path), file=str(cfg))
+        cfg.unlink()
+    return GitTree(git_dir=gitdir, work_tree=_real(path))
+
+
+async def open_tree(root: Path, path: Path) -> GitTree:
+    """``verify_tree`` of the worktree at ``path`` of the repository at ``root``, or
+    ``WorktreeError`` when it is not one of its worktrees."""
+    found = verify_tree(await common_dir(root), path)
+    if found is None:
+        raise WorktreeError(f"{path} is not a worktree of {root}")
+    return found
+
+
+async def is_worktree(root: Path, path: Path) -> bool:
+    """True when ``path`` is a registered, verified worktree of ``root`` with a valid HEAD."""
+    tree = verify_tree(await common_dir(root), path)
+    if tree is None:
         return False
-    res = await git("rev-parse", "--show-toplevel", cwd=path, check=False)
-    return res.code == 0 and _real(Path(res.out.strip())) == _real(path)
+    res = await git("rev-parse", "-q", "--verify", "HEAD", cwd=tree.work_tree, tree=tree,
+                    check=False)  # fmt: skip
+    return res.code == 0
+
+
+async def worktree_head(root: Path, path: Path) -> str:
+    tree = await open_tree(root, path)
+    return (await git("rev-parse", "HEAD", cwd=tree.work_tree, tree=tree)).out.strip()
 
 
 async def checked_out_in(root: Path, branch: str) -> Path | None:
@@ -333,23 +584,49 @@ class Checkpointer:
     files are not re-hashed: ``add -A``, ``write-tree``, and — only when the tree differs from
     HEAD's — ``commit-tree`` plus one ``update-ref`` transaction that advances the worker's
     branch and writes the checkpoint ref. A turn whose tools changed nothing records nothing
-    (returns None); a commit the worker made itself with ``git commit`` is recorded as is."""
+    (returns None); a commit the worker made itself with ``git commit`` is recorded as is.
 
-    def __init__(self, worktree: Path, *, thread_id: str, last: str | None = None) -> None:
+    Before each checkpoint the worktree's git dir is verified (``verify_tree``) and every git
+    command is given it explicitly; ``.threadloom/`` and the database files (``excludes``) are
+    never added."""
+
+    def __init__(
+        self,
+        worktree: Path,
+        *,
+        thread_id: str,
+        last: str | None = None,
+        root: Path | None = None,
+        excludes: Sequence[str] = _ALWAYS_EXCLUDED,
+    ) -> None:
         self.worktree = worktree
         self.thread_id = thread_id
         self.last = last
+        self.root = root
+        self.excludes = tuple(excludes)
+
+    async def _common(self) -> Path:
+        if self.root is not None:
+            return await common_dir(self.root)
+        # no repository named: the worktree's own common dir (the benchmark's case)
+        return await common_dir(self.worktree)
 
     async def __call__(self, seq: int) -> str | None:
-        env = await identity_env(self.worktree)
-        await git("add", "-A", cwd=self.worktree, env=env)
-        tree = (await git("write-tree", cwd=self.worktree, env=env)).out.strip()
+        common = await self._common()
+        tree = verify_tree(common, self.worktree)
+        if tree is None:
+            raise WorktreeError(f"{self.worktree} is not a worktree of {common}: no checkpoint")
+        cwd = tree.work_tree
+        env = await identity_env(self.root or cwd)
         head, head_tree = (
-            await git("rev-parse", "HEAD", "HEAD^{tree}", cwd=self.worktree)
+            await git("rev-parse", "HEAD", "HEAD^{tree}", cwd=cwd, tree=tree)
         ).out.split()
+        await git("add", "-A", "--", ".", *self.excludes, cwd=cwd, env=env, tree=tree)
+        await _drop_excluded(cwd, env, self.excludes, head, tree)
+        tree_id = (await git("write-tree", cwd=cwd, env=env, tree=tree)).out.strip()
         if self.last is None:
             self.last = head
-        if tree == head_tree:
+        if tree_id == head_tree:
             if head == self.last:
                 return None
             commit = head
@@ -357,37 +634,25 @@ class Checkpointer:
         else:
             msg = f"threadloom: T-{self.thread_id}#{seq}"
             commit = (
-                await git("commit-tree", tree, "-p", head, "-m", msg, cwd=self.worktree, env=env)
-            ).out.strip()
+                await git("commit-tree", tree_id, "-p", head, "-m", msg, cwd=cwd, env=env,
+                          tree=tree)
+            ).out.strip()  # fmt: skip
             ref = checkpoint_ref(self.thread_id, seq)
             updates = f"update HEAD {commit} {head}\nupdate {ref} {commit}\n"
-        await _update_refs(self.worktree, updates)
+        await _update_refs(cwd, updates, tree=tree)
         self.last = commit
         return commit
 
 
-async def _update_refs(cwd: Path, lines: str) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        "git",
-        *SAFE_CONFIG,
-        "update-ref",
-        "--stdin",
-        cwd=cwd,
-        env=git_env(),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, err = await proc.communicate(lines.encode())
-    if proc.returncode:
-        raise WorktreeError(f"git update-ref failed in {cwd}: {' '.join(err.decode().split())}")
+async def _update_refs(cwd: Path, lines: str, *, tree: GitTree | None = None) -> None:
+    await git("update-ref", "--stdin", cwd=cwd, tree=tree, input=lines.encode())
 
 
 # ----------------------------------------------------------------- diffs and merges
 
 
 async def diff(root: Path, base: str, tip: str, *, stat: bool = False) -> str:
-    args = ["diff", "--no-color", "--no-ext-diff"]
+    args = ["diff", "--no-color", "--no-ext-diff", "--no-textconv"]
     if stat:
         args.append("--stat=100")
     return (await git(*args, base, tip, cwd=root)).out

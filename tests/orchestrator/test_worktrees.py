@@ -468,3 +468,60 @@ async def test_repository_hooks_never_run_because_threadloom_ran_git(
         hook.chmod(0o755)
     await run_two_editors(tmp_path, repo, orch)
     assert not ran.exists(), ran.read_text()
+
+
+@pytest.mark.parametrize("layout", ["readme", "elsewhere-in-repo"])
+async def test_the_database_and_threadloom_dirs_never_enter_a_base_commit_or_checkpoint(
+    tmp_path: Path, repo: Path, layout: str
+) -> None:
+    """README's layout (the database in the workspace's ``.threadloom/``) and a database kept
+    elsewhere inside the repository: neither it, its ``-wal``/``-shm``, the job logs nor any
+    ``.threadloom/`` directory become git objects, in the base commit or any checkpoint."""
+    db = repo / (".threadloom/threads.db" if layout == "readme" else "data/tl.db")
+    logs = db.parent / "logs"
+    logs.mkdir(parents=True)
+    secret = "transcript-of-an-earlier-job-5f1e"
+    (logs / "old-job.log").write_text(f"{secret}\n")
+    (repo / "sub" / ".threadloom").mkdir(parents=True)
+    (repo / "sub" / ".threadloom" / "state").write_text(f"{secret}\n")
+    (repo / "dirty.txt").write_text("uncommitted\n")  # so the base is a snapshot commit
+    rules = [
+        lead_rule(),
+        {
+            "match": "(?m)^Task w:",
+            "turns": [
+                write("x.txt", "x\n"),
+                write("deep/.threadloom/planted", f"{secret}\n"),
+                submit("ok"),
+            ],
+        },
+    ]
+    o = await Orchestrator.open(str(db))
+    try:
+        outcome = await o.run_job(
+            job_file(tmp_path, repo, rules, [{"id": "w", "title": "W", "prompt": "go"}])
+        )
+        assert outcome.status == Status.DONE, outcome.error
+        lead = await o.store.get_thread(outcome.lead[2:])
+        w = await o.store.get_thread(outcome.workers[0].ref[2:])
+        cps = await o.store.checkpoints_of(w.id)
+    finally:
+        await o.close()
+    base = lead.task["isolation"]["base"]  # type: ignore[index]
+    assert lead.task["isolation"]["dirty"] is True  # type: ignore[index]
+    assert cps
+    rel_db = db.relative_to(repo).as_posix()
+    for commit in [base, *(c for _, c in cps)]:
+        paths = git(repo, "ls-tree", "-r", "--name-only", commit).split()
+        assert "dirty.txt" in paths
+        leaked = [p for p in paths if ".threadloom" in p.split("/") or p.startswith(rel_db)]
+        leaked += [p for p in paths if p.startswith(f"{Path(rel_db).parent.as_posix()}/logs")]
+        assert leaked == [], f"{commit} captured {leaked}"
+    assert "x.txt" in git(repo, "ls-tree", "-r", "--name-only", cps[-1][1]).split()
+    # no object at all holds the database or the logs' contents
+    objects = subprocess.run(
+        ["git", "cat-file", "--batch-all-objects", "--batch"],
+        cwd=repo, capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    assert b"SQLite format 3" not in objects
+    assert secret.encode() not in objects
