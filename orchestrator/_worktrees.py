@@ -2,8 +2,16 @@
 worker, a checkpoint commit per turn that changed files, diffs and merges.
 
 Everything here runs ``git`` as a subprocess (``asyncio.create_subprocess_exec``, never a shell)
-in an environment stripped of the ``GIT_*`` variables that would redirect it to another
-repository or index. What it never does: touch the user's index, HEAD, working tree or checked-out
+under configuration threadloom controls: no inherited ``GIT_*`` variable but the identity, no
+system or global config (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL=/dev/null``), and ``-c``
+overrides for every setting that names a program (``SAFE_CONFIG``). A worktree is never found
+through its ``.git`` file: git is given ``--git-dir``/``--work-tree``, the git dir being the one
+git made for it under ``<common dir>/worktrees/``, verified before each use (``verify_tree``: a
+rewritten ``.git`` file is restored with a warning, a ``config.worktree`` removed, an altered
+``commondir`` refused). Every git runs in its own process group, killed and reaped when the call
+is cancelled or times out. Base commits and checkpoints never capture ``.threadloom/`` or the
+database and its logs (``capture_excludes``).
+What it never does: touch the user's index, HEAD, working tree or checked-out
 branch. The user's uncommitted work is captured with a temporary index (``GIT_INDEX_FILE``);
 merges are computed with ``git merge-tree --write-tree`` (git 2.38+), which needs no working tree
 at all; worktrees live under ``<git common dir>/threadloom/worktrees/<thread id>``, inside
@@ -604,12 +612,13 @@ class Checkpointer:
         self.last = last
         self.root = root
         self.excludes = tuple(excludes)
+        self._common_dir: Path | None = None
 
     async def _common(self) -> Path:
-        if self.root is not None:
-            return await common_dir(self.root)
-        # no repository named: the worktree's own common dir (the benchmark's case)
-        return await common_dir(self.worktree)
+        if self._common_dir is None:
+            # no repository named: the worktree's own common dir (the benchmark's case)
+            self._common_dir = await common_dir(self.root or self.worktree)
+        return self._common_dir
 
     async def __call__(self, seq: int) -> str | None:
         common = await self._common()
