@@ -467,6 +467,8 @@ async def remove_worktree(root: Path, path: Path) -> bool:
     """Remove a worktree (its files; its branch and refs stay). False when it was gone."""
     async with _LOCKS.of(root):
         existed = _exists(path)
+        with contextlib.suppress(WorktreeError):
+            verify_tree(await common_dir(root), path)  # a tampered .git file points home again
         res = await git("worktree", "remove", "--force", str(path), cwd=root, check=False)
         if res.code != 0 and _exists(path):
             shutil.rmtree(path, ignore_errors=True)
