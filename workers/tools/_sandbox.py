@@ -16,10 +16,17 @@ elsewhere with ``THREADLOOM_BWRAP`` (a path; a path that does not exist means "n
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import os
+import platform
+import shlex
 import shutil
+import struct
 import subprocess
+import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,7 +85,18 @@ def _probe(program: str) -> SandboxStatus:
         return SandboxStatus(False, program, f"{BWRAP} not found")
     try:
         done = subprocess.run(
-            [program, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
+            [
+                program,
+                "--unshare-user",
+                "--ro-bind",
+                "/",
+                "/",
+                "--unshare-all",
+                "--cap-drop",
+                "ALL",
+                "--die-with-parent",
+                "true",
+            ],
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=10,
@@ -117,10 +135,19 @@ def bwrap_argv(
     network: bool = False,
     hidden: Sequence[Path] = (),
 ) -> list[str]:
-    """The bubblewrap command line that runs ``command`` in ``workspace`` under the sandbox."""
+    """The command line that runs ``command`` in ``workspace`` under the sandbox.
+
+    It is a tiny ``/bin/sh`` wrapper that joins the pids cgroup (when one could be made), opens
+    the seccomp program on fd 9 and ``exec``s bubblewrap (same pid: the process group and the
+    exit watcher in ``_bash`` see bwrap itself)."""
     ws = str(workspace)
     argv = [
         program,
+        "--unshare-user",
+        "--uid",
+        "0",
+        "--gid",
+        "0",
         "--ro-bind",
         "/",
         "/",
@@ -130,13 +157,10 @@ def bwrap_argv(
         "/proc",
         "--tmpfs",
         "/tmp",
-        "--bind",
-        ws,
-        ws,
     ]
-    git = workspace / ".git"
-    if git.exists():
-        argv += ["--ro-bind", str(git), str(git)]
+    argv += _hide_runtime_dirs(network)
+    argv += ["--bind", ws, ws]
+    argv += _git_read_only(workspace)
     home = os.environ.get("HOME")
     targets = [Path(home) / p for p in CREDENTIAL_PATHS] if home else []
     for path in [*targets, *hidden]:
@@ -144,20 +168,198 @@ def bwrap_argv(
     argv += ["--unshare-all"]
     if network:
         argv += ["--share-net"]
-    argv += ["--die-with-parent", "--chdir", ws, "--", *command]
+    argv += ["--cap-drop", "ALL", "--new-session", "--die-with-parent"]
+    filter_path = seccomp_filter_file()
+    if filter_path is not None:
+        argv += ["--seccomp", "9"]
+    argv += ["--chdir", ws, "--", *command]
+    script = ""
+    cgroup = pids_cgroup()
+    if cgroup is not None:
+        script += f"echo $$ > {shlex.quote(str(cgroup / 'cgroup.procs'))} 2>/dev/null; "
+    script += 'exec "$@"'
+    if filter_path is not None:
+        script += f" 9< {shlex.quote(str(filter_path))}"
+    return ["/bin/sh", "-c", script, "sh", *argv]
+
+
+RUNTIME_DIRS = ("/run", "/var/run", "/var/lib/docker", "/var/lib/postgresql")
+"""Hidden under empty tmpfs mounts: where host services keep their Unix sockets."""
+
+
+def _hide_runtime_dirs(network: bool) -> list[str]:
+    """``/run`` (and ``/var/run`` when it is a directory of its own): no Unix socket of a host
+    service is visible. With the network on, a ``/etc/resolv.conf`` that points into ``/run`` is
+    bound back (read-only, the file alone) so name resolution still works."""
+    argv: list[str] = []
+    done: set[str] = set()
+    for name in RUNTIME_DIRS:
+        try:
+            real = os.path.realpath(name)
+            if real in done or not os.path.isdir(real):
+                continue
+        except OSError:
+            continue
+        done.add(real)
+        argv += ["--tmpfs", real]
+    if network:
+        try:
+            resolv = os.path.realpath("/etc/resolv.conf")
+            if any(resolv.startswith(d + "/") for d in done) and os.path.isfile(resolv):
+                argv += ["--ro-bind", resolv, resolv]
+        except OSError:
+            pass
+    return argv
+
+
+def _git_read_only(workspace: Path) -> list[str]:
+    """The workspace's ``.git`` read-only, directory or file (a worktree's), and when it is a
+    file, the git dir it names and that dir's common dir too (outside the workspace they are
+    read-only anyway; inside, they are made so explicitly)."""
+    git = workspace / ".git"
+    argv: list[str] = []
+    try:
+        if git.is_symlink():
+            real = git.resolve()
+            if real.exists():
+                argv += ["--ro-bind", str(real), str(real)]
+            return argv
+        if not git.exists():
+            return argv
+        argv += ["--ro-bind", str(git), str(git)]
+        if git.is_file():
+            text = git.read_text("utf-8", "replace").strip()
+            if text.startswith("gitdir:"):
+                gitdir = (workspace / text[len("gitdir:") :].strip()).resolve()
+                dirs = [gitdir]
+                common = gitdir / "commondir"
+                if common.is_file():
+                    dirs.append((gitdir / common.read_text("utf-8", "replace").strip()).resolve())
+                for d in dirs:
+                    if d.is_dir():
+                        argv += ["--ro-bind", str(d), str(d)]
+    except OSError:
+        pass
     return argv
 
 
 def _hide(path: Path) -> list[str]:
     """Mounts that make ``path`` unreadable inside the sandbox (nothing if it does not exist:
-    bubblewrap cannot create a mount point on the read-only root)."""
+    bubblewrap cannot create a mount point on the read-only root). A symlink is followed: what
+    it points to is hidden (a mount on the link's path lands on its target anyway)."""
     try:
         if path.is_symlink():
-            return []
+            path = path.resolve()
         if path.is_dir():
             return ["--tmpfs", str(path)]
         if path.exists():
             return ["--ro-bind", "/dev/null", str(path)]
-    except OSError:
+    except (OSError, RuntimeError):
         return []
     return []
+
+
+# --- the seccomp program: no AF_UNIX sockets ------------------------------------------------
+
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_SYS_SOCKET = {"x86_64": 41, "aarch64": 198}
+_SYS_IO_URING_SETUP = 425  # the same on both; io_uring can make sockets (IORING_OP_SOCKET)
+_X32_BIT = 0x40000000
+_AF_UNIX = 1
+_RET_ALLOW = 0x7FFF0000
+_RET_EPERM = 0x00050000 | 1  # SECCOMP_RET_ERRNO | EPERM
+_LD_W_ABS = 0x20
+_JEQ_K = 0x15
+_JGE_K = 0x35
+_RET_K = 0x06
+
+
+def seccomp_program(machine: str) -> bytes:
+    """A classic BPF seccomp filter (``struct sock_filter`` array) for ``machine``: any other
+    audit arch (and x32 on x86_64) gets EPERM for every call; ``socket(AF_UNIX, …)`` and
+    ``io_uring_setup`` get EPERM; everything else is allowed (``socketpair`` included)."""
+    arch = _AUDIT_ARCH[machine]
+    nr_socket = _SYS_SOCKET[machine]
+
+    def ins(code: int, jt: int, jf: int, k: int) -> bytes:
+        return struct.pack("<HBBI", code, jt, jf, k)
+
+    prog = [
+        ins(_LD_W_ABS, 0, 0, 4),  # 0: A = arch
+        ins(_JEQ_K, 0, 7, arch),  # 1: foreign arch -> 9 (deny)
+        ins(_LD_W_ABS, 0, 0, 0),  # 2: A = nr
+        ins(_JGE_K, 6, 0, _X32_BIT),  # 3: x32 -> 10 (deny)
+        ins(_JEQ_K, 5, 0, _SYS_IO_URING_SETUP),  # 4: -> 10 (deny)
+        ins(_JEQ_K, 0, 2, nr_socket),  # 5: not socket -> 8 (allow)
+        ins(_LD_W_ABS, 0, 0, 16),  # 6: A = low word of args[0] (the family)
+        ins(_JEQ_K, 1, 0, _AF_UNIX),  # 7: AF_UNIX -> 9 (deny)
+        ins(_RET_K, 0, 0, _RET_ALLOW),  # 8
+        ins(_RET_K, 0, 0, _RET_EPERM),  # 9
+        ins(_RET_K, 0, 0, _RET_EPERM),  # 10
+    ]
+    return b"".join(prog)
+
+
+@functools.cache
+def seccomp_filter_file() -> Path | None:
+    """The compiled filter in a private file (made once per process), or None on a machine
+    this module has no syscall table for (then only the hidden ``/run`` guards sockets)."""
+    machine = platform.machine()
+    if machine not in _AUDIT_ARCH or sys.byteorder != "little":
+        return None
+    path = Path(tempfile.mkdtemp(prefix="threadloom-seccomp-")) / "no-unix-sockets.bpf"
+    path.write_bytes(seccomp_program(machine))
+    return path
+
+
+# --- the process limit: a pids cgroup -------------------------------------------------------
+
+PIDS_MAX = 512
+"""At most this many processes (and threads) at once across all of one threadloom process's
+sandboxed commands (a pids cgroup; a fork bomb meets EAGAIN). Where no pids cgroup can be made
+(not root, no writable cgroup fs), no process limit is applied."""
+_CGROUP_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")
+
+
+@functools.cache
+def pids_cgroup() -> Path | None:
+    """A pids cgroup for this process's sandboxed commands, made once (and removed at exit),
+    or None when none can be made here (cgroup v1 ``pids`` or a v2 hierarchy with ``pids``)."""
+    for root in map(Path, _CGROUP_ROOTS):
+        try:
+            if not (root / "cgroup.procs").is_file():
+                continue
+            if root.name != "pids":  # v2: the controller must be enabled for children
+                if "pids" not in (root / "cgroup.controllers").read_text().split():
+                    continue
+                sub = root / "cgroup.subtree_control"
+                if "pids" not in sub.read_text().split():
+                    sub.write_text("+pids")
+            parent = root / "threadloom"
+            parent.mkdir(exist_ok=True)
+            if root.name != "pids":
+                sub = parent / "cgroup.subtree_control"
+                if "pids" not in sub.read_text().split():
+                    sub.write_text("+pids")
+            _reap_stale(parent)
+            group = parent / f"run-{os.getpid()}"
+            group.mkdir(exist_ok=True)
+            (group / "pids.max").write_text(str(PIDS_MAX))
+        except OSError:
+            continue
+        atexit.register(_remove_cgroup, group)
+        return group
+    return None
+
+
+def _reap_stale(parent: Path) -> None:
+    for child in parent.glob("run-*"):
+        with contextlib.suppress(ValueError, OSError):
+            pid = int(child.name[4:])
+            if not Path(f"/proc/{pid}").exists():
+                child.rmdir()  # fails while a process is still in it: then it stays
+
+
+def _remove_cgroup(group: Path) -> None:
+    with contextlib.suppress(OSError):
+        group.rmdir()
