@@ -683,6 +683,8 @@ class Store:
         thread already has is a no-op (idempotent); the write completes even if the caller is
         cancelled meanwhile. ``expect`` refuses the change unless the current status is one of
         those (compare-and-set)."""
+        from ._redact import redact
+
         status = Status(status)
         expected = None if expect is None else {Status(s) for s in expect}
         now = utcnow()
@@ -703,7 +705,8 @@ class Store:
                 "version": threads.c.version + 1,
             }
             if error is not None or status in (Status.RUNNING, Status.QUEUED):
-                values["error"] = error
+                # every error text is stored here: a provider's 401 may echo the key
+                values["error"] = None if error is None else redact(error)
             if result is not None:
                 values["result"] = result.model_dump(mode="json", exclude_none=True)
             await conn.execute(threads.update().where(threads.c.id == thread_id).values(**values))

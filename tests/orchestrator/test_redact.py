@@ -3,18 +3,33 @@ output and error text; transcripts are shown as stored unless ``--redact``."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
+import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from orchestrator._errors import one_line
 from orchestrator.logging import configure_logging, get_logger, set_job_log_dir
-from store import redact, redact_data, refresh_secrets
+from store import NewMessage, Status, Store, redact, redact_data, refresh_secrets
 from tests.e2e.conftest import Env
+from tests.fakes._messages_rules import InvalidRequest
+from tests.fakes._server import RecordedRequest, Reply
+from tests.fakes.chat_api import FakeChatAPI
+from tests.fakes.chat_api import _error as _chat_error
+from tests.fakes.messages_api import FakeMessagesAPI
+from tests.orchestrator.test_cli_helpers import clean_env, run_cli
+from workers import Model
+from workers._protocol import ModelRequest
+from workers.errors import ModelError
+from workers.providers.anthropic import AnthropicModel
+from workers.providers.openai import OpenAIChatModel
 
 ANT = "sk-ant-api03-" + "A1b2C3d4" * 8
 OPENAI = "sk-" + "Z9y8X7w6" * 6
@@ -124,3 +139,100 @@ def test_show_and_export_keep_the_record_unless_redact(env: Env) -> None:
     # the rest of the terminal output is always redacted: ls shows the title masked
     env.run("import", str(path), "--title", f"about {GH}")
     assert GH not in env.run("ls").stdout
+
+
+# ----------------------------------------------------------------- a provider's 401 echoing the key
+
+ECHOED_KEY = "plain-echoed-key-4f9a8b7c6d5e"  # no secret format: only "our own key" can catch it
+
+
+class _EchoingChatAPI(FakeChatAPI):
+    """The fake Chat Completions API answering 401 the way OpenAI does: naming the key it got."""
+
+    def handle(self, recorded: RecordedRequest) -> Reply | object:
+        key = recorded.headers.get("authorization", "").removeprefix("Bearer ")
+        self.reject(recorded, 401, "invalid_request_error", "echoed key")
+        return Reply.json(
+            401, _chat_error(f"Incorrect API key provided: {key}.", "invalid_api_key")
+        )
+
+
+def _refuse_echoing_the_key(request: dict[str, Any]) -> dict[str, Any]:
+    raise InvalidRequest(
+        f"invalid x-api-key: {ECHOED_KEY}", status=401, error_type="authentication_error"
+    )
+
+
+async def _fail_a_thread_with(db: Path, model: Model) -> str:
+    """What the runtime does with a provider error: the model call fails, its text becomes the
+    thread's error."""
+    store = await Store.open(str(db))
+    try:
+        thread = await store.create_thread(kind="worker", title="t", messages=[])
+        await store.set_status(thread.id, Status.RUNNING)
+        with pytest.raises(ModelError) as info:
+            await model.complete(
+                ModelRequest(system="s", tools=[], messages=[NewMessage.user("hi")])
+            )
+        await store.set_status(thread.id, Status.FAILED, error=str(info.value))
+        return f"T-{thread.id}"
+    finally:
+        await model.aclose()
+        await store.close()
+
+
+def _assert_key_nowhere(db: Path, ref: str, key: str) -> None:
+    with closing(sqlite3.connect(db)) as conn:
+        (stored,) = conn.execute("SELECT error FROM threads").fetchone()
+    assert stored and "401" in stored and key not in stored
+    # the commands run without the key in their environment: only the stored text is shown
+    env = clean_env()
+    for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
+        env.pop(name, None)
+    human = run_cli("show", ref, db=db, env=env)
+    assert human.returncode == 0, human.stderr
+    assert "401" in human.stdout and key not in human.stdout + human.stderr
+    as_json = run_cli("--json", "show", ref, db=db, env=env)
+    assert as_json.returncode == 0, as_json.stderr
+    assert key not in as_json.stdout + as_json.stderr
+
+
+def test_an_anthropic_401_echoing_the_key_is_stored_and_shown_masked(tmp_path: Path) -> None:
+    with FakeMessagesAPI() as api:
+        api.respond_with(_refuse_echoing_the_key)
+        model = AnthropicModel(
+            "claude-sonnet-4-5", api_key=ECHOED_KEY, base_url=api.base_url, max_retries=0
+        )
+        ref = asyncio.run(_fail_a_thread_with(tmp_path / "threads.db", model))
+    _assert_key_nowhere(tmp_path / "threads.db", ref, ECHOED_KEY)
+
+
+def test_an_openai_401_echoing_the_key_is_stored_and_shown_masked(tmp_path: Path) -> None:
+    with _EchoingChatAPI(api_key="the-right-key") as api:
+        model = OpenAIChatModel("m", api.base_url, api_key=ECHOED_KEY, max_retries=0)
+        ref = asyncio.run(_fail_a_thread_with(tmp_path / "threads.db", model))
+    _assert_key_nowhere(tmp_path / "threads.db", ref, ECHOED_KEY)
+
+
+def test_every_stored_error_is_redacted(tmp_path: Path) -> None:
+    async def go() -> str:
+        store = await Store.open(str(tmp_path / "threads.db"))
+        try:
+            thread = await store.create_thread(kind="worker", title="t", messages=[])
+            await store.set_status(thread.id, Status.RUNNING)
+            await store.set_status(
+                thread.id,
+                Status.FAILED,
+                error=f"HTTP 401: bad key {ANT} / plain-configured-key-123",
+            )
+            return f"T-{thread.id}"
+        finally:
+            await store.close()
+
+    ref = asyncio.run(go())
+    with closing(sqlite3.connect(tmp_path / "threads.db")) as conn:
+        (stored,) = conn.execute("SELECT error FROM threads").fetchone()
+    assert ANT not in stored and "plain-configured-key-123" not in stored
+    assert "sk-ant-…[REDACTED]" in stored and "HTTP 401: bad key" in stored
+    proc = run_cli("show", ref, db=tmp_path / "threads.db")
+    assert ANT not in proc.stdout

@@ -39,6 +39,7 @@ import anthropic
 import structlog
 
 from store import (
+    MASK,
     ContentBlock,
     NewMessage,
     TextBlock,
@@ -46,6 +47,7 @@ from store import (
     ToolResultBlock,
     ToolUseBlock,
     Usage,
+    redact,
 )
 from workers._protocol import ModelRequest, ModelResponse, StopReason, ToolSpec
 from workers.errors import (
@@ -166,19 +168,23 @@ class AnthropicModel:
                 self._raise_if_final(exc, attempt)
                 retry_after = parse_retry_after(exc.response.headers)
                 failure: Exception = exc
-                reason = f"HTTP {status} {_error_type(exc)}: {_error_message(exc)}"
+                reason = self._mask(f"HTTP {status} {_error_type(exc)}: {_error_message(exc)}")
             except anthropic.APIConnectionError as exc:  # APITimeoutError included
                 failure = exc
-                reason = "timed out" if isinstance(exc, anthropic.APITimeoutError) else str(exc)
+                timed_out = isinstance(exc, anthropic.APITimeoutError)
+                reason = "timed out" if timed_out else self._mask(str(exc))
             except anthropic.APIResponseValidationError as exc:
                 raise BadModelResponse(
-                    f"anthropic {self._model}: response does not match the API schema: {exc}",
+                    self._mask(
+                        f"anthropic {self._model}: response does not match the API schema: {exc}"
+                    ),
                     attempts=attempt,
                     status_code=exc.status_code,
                 ) from exc
             except anthropic.AnthropicError as exc:
                 raise ModelError(
-                    f"anthropic {self._model}: {type(exc).__name__}: {exc}", attempts=attempt
+                    self._mask(f"anthropic {self._model}: {type(exc).__name__}: {exc}"),
+                    attempts=attempt,
                 ) from exc
             else:
                 return _to_response(message, self._model)
@@ -194,11 +200,18 @@ class AnthropicModel:
                 model=self._model,
             )
 
+    def _mask(self, text: str) -> str:
+        """``text`` (an error a server sent back) without our own key, which a 401 may echo."""
+        for secret in (self._api_key, self._auth_token):
+            if secret:
+                text = text.replace(secret, MASK)
+        return redact(text)
+
     def _raise_if_final(self, exc: anthropic.APIStatusError, attempt: int) -> None:
         """Raise our error for a status that must not be retried; return if it may be."""
         status = exc.status_code
         text = _error_message(exc)
-        what = f"anthropic {self._model}: HTTP {status} {_error_type(exc)}: {text}"
+        what = self._mask(f"anthropic {self._model}: HTTP {status} {_error_type(exc)}: {text}")
         error = final_error(
             status, too_long=bool(_TOO_LONG.search(text)), spend_limit=_is_spend_limit(text)
         )

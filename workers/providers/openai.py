@@ -40,12 +40,14 @@ import httpx
 import structlog
 
 from store import (
+    MASK,
     ContentBlock,
     NewMessage,
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
     Usage,
+    redact,
 )
 from workers._protocol import ModelRequest, ModelResponse, StopReason
 from workers.errors import (
@@ -166,15 +168,17 @@ class OpenAIChatModel:
                 response = await client.post(self._url, json=body)
             except httpx.TransportError as exc:  # connect/read/write errors and timeouts
                 failure: Exception = exc
-                reason = "timed out" if isinstance(exc, httpx.TimeoutException) else repr(exc)
+                timed_out = isinstance(exc, httpx.TimeoutException)
+                reason = "timed out" if timed_out else self._mask(repr(exc))
             else:
                 status = response.status_code
                 if response.is_success:
                     return _to_response(response, self._model, attempt)
                 self._raise_if_final(response, attempt)
                 retry_after = parse_retry_after(response.headers)
-                failure = ProviderUnavailable(_error_text(response), status_code=status)
-                reason = f"HTTP {status}: {_error_text(response)}"
+                text = self._mask(_error_text(response))
+                failure = ProviderUnavailable(text, status_code=status)
+                reason = f"HTTP {status}: {text}"
             await self._policy.back_off(
                 attempt,
                 what=f"openai {self._model} at {self._url}",
@@ -186,9 +190,15 @@ class OpenAIChatModel:
                 model=self._model,
             )
 
+    def _mask(self, text: str) -> str:
+        """``text`` (an error a server sent back) without our own key, which a 401 may echo."""
+        if self._api_key:
+            text = text.replace(self._api_key, MASK)
+        return redact(text)
+
     def _raise_if_final(self, response: httpx.Response, attempt: int) -> None:
         status = response.status_code
-        text = _error_text(response)
+        text = self._mask(_error_text(response))
         what = f"openai {self._model} at {self._url}: HTTP {status}: {text}"
         error = final_error(
             status,
