@@ -81,7 +81,7 @@ async def test_timeout_kills_the_whole_group_and_returns_promptly(
     ws: Path, ctx: ToolContext
 ) -> None:
     command = (
-        "echo $$ > pids; sleep 300 & echo $! >> pids; sleep 300 & echo $! >> pids; "
+        "echo $PPID > pids; sleep 300 & echo $! >> pids; sleep 300 & echo $! >> pids; "
         "echo started; sleep 300"
     )
     started = time.monotonic()
@@ -107,7 +107,7 @@ async def test_background_child_is_killed_when_the_command_exits(
     ws: Path, ctx: ToolContext
 ) -> None:
     started = time.monotonic()
-    out = await BashTool().invoke({"command": "sleep 300 >/dev/null 2>&1 & echo $$ $!"}, ctx)
+    out = await BashTool().invoke({"command": "sleep 300 >/dev/null 2>&1 & echo $PPID $!"}, ctx)
     assert time.monotonic() - started < 5
     assert not out.is_error
     pgid, child = (int(x) for x in out.text.splitlines()[0].split())
@@ -119,7 +119,7 @@ async def test_background_child_holding_the_output_pipe_does_not_hang_the_call(
     ws: Path, ctx: ToolContext
 ) -> None:
     started = time.monotonic()
-    out = await BashTool().invoke({"command": "sleep 300 & echo $$ $!; echo done"}, ctx)
+    out = await BashTool().invoke({"command": "sleep 300 & echo $PPID $!; echo done"}, ctx)
     assert time.monotonic() - started < 5
     pgid, child = (int(x) for x in out.text.splitlines()[0].split())
     assert out.text.endswith("done\n[exit code: 0]")
@@ -147,7 +147,7 @@ async def test_process_that_left_the_group_and_holds_the_pipe_is_not_waited_for(
 
 async def test_cancellation_kills_the_group_and_propagates(ws: Path, ctx: ToolContext) -> None:
     os.mkfifo(ws / "ready")
-    command = "sleep 300 & echo $$ $! > ready; sleep 300"
+    command = "sleep 300 & echo $PPID $! > ready; sleep 300"
     task = asyncio.create_task(BashTool().invoke({"command": command}, ctx))
     # Reading the FIFO blocks until the command has written its ids: an event, not a sleep.
     ids = await asyncio.wait_for(asyncio.to_thread((ws / "ready").read_text), timeout=30)

@@ -5,7 +5,13 @@ The contract:
 - ``bash -c COMMAND`` with cwd = the workspace, stdin from ``/dev/null``, stdout and stderr merged
   into one stream, in a new session (so its process group is its own and can be killed whole).
 - The environment is ``os.environ`` plus ``ctx.env``, minus every variable whose name contains
-  KEY, SECRET, TOKEN or PASSWORD (any case): the model must not see or exfiltrate credentials.
+  KEY, SECRET, TOKEN or PASSWORD (any case), whose value contains a configured secret, or whose
+  value holds a credential URL: the model must not see or exfiltrate credentials.
+- Without bubblewrap (the plain runner) the shell's parent is a small exec helper
+  (``_exec_helper``) started with that scrubbed environment, so ``/proc/$PPID/environ`` is not
+  threadloom's; it leads the process group, dies with threadloom (``PR_SET_PDEATHSIG``) and, as a
+  child subreaper, kills every descendant of the command first. threadloom makes itself
+  non-dumpable (against same-uid readers of its /proc files; root is not stopped by this).
 - Nothing outlives the command: when the shell exits, whatever it left running in its process
   group is killed (this also keeps a background child holding the output pipe from hanging us).
   On timeout the whole group is killed and an error result returns promptly with the output so
@@ -30,13 +36,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import subprocess
+import sys
 import threading
 from collections import deque
 from collections.abc import Mapping
 
 from pydantic import Field
+
+from store import configured_secrets
 
 from ._base import Tool, ToolContext, ToolInput, ToolOutput
 from ._sandbox import bwrap_argv, sandbox_status
@@ -48,6 +58,25 @@ DRAIN_GRACE_S = 2.0
 left the group (``setsid``) can hold it open longer, and we stop reading rather than wait on it."""
 SECRET_MARKERS = ("KEY", "SECRET", "TOKEN", "PASSWORD")
 _READ_SIZE = 1 << 20
+_HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_exec_helper.py")
+_CREDENTIAL_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:[^/\s@]+@")
+PR_SET_DUMPABLE = 4
+_undumpable = False
+
+
+def _make_undumpable() -> None:
+    """Make threadloom's own /proc/PID/environ, mem… unreadable to other same-uid processes
+    (``PR_SET_DUMPABLE`` 0). This does not stop root: root reads any process's /proc files."""
+    global _undumpable
+    if _undumpable:
+        return
+    _undumpable = True
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 class BashInput(ToolInput):
@@ -79,6 +108,7 @@ class BashTool(Tool[BashInput]):
         timeout = min(args.timeout_s or ctx.default_timeout_s, MAX_TIMEOUT_S)
         argv = ["bash", "-c", args.command]
         env = scrubbed_environment(os.environ, ctx.env)
+        sandboxed = False
         if ctx.sandbox != "none":
             status = sandbox_status()
             if status.available:
@@ -90,13 +120,19 @@ class BashTool(Tool[BashInput]):
                     hidden=ctx.hidden,
                 )
                 env["TMPDIR"] = "/tmp"  # the sandbox's private /tmp; elsewhere is read-only
+                sandboxed = True
             elif ctx.sandbox == "required":
                 return ToolOutput(
                     f"bash: not run: the job requires the sandbox and {status.reason}",
                     is_error=True,
                 )
+        if not sandboxed:
+            # The plain runner: the command's parent is the exec helper, not threadloom.
+            _make_undumpable()
+            argv = [sys.executable, "-I", "-S", _HELPER, str(os.getpid()), *argv]
         try:
             # Popen, not asyncio's subprocess: see the module docstring. Spawning is quick (vfork).
+            # Called on the event-loop thread: the helper's PR_SET_PDEATHSIG follows this thread.
             proc = subprocess.Popen(  # noqa: ASYNC220
                 argv,
                 cwd=ctx.workspace,
@@ -138,12 +174,17 @@ class BashTool(Tool[BashInput]):
 def scrubbed_environment(
     base: Mapping[str, str], extra: Mapping[str, str] | None
 ) -> dict[str, str]:
-    """``base`` + ``extra`` without any variable whose name looks like it holds a credential."""
+    """``base`` + ``extra`` without any variable whose name looks like it holds a credential,
+    whose value contains a configured secret, or whose value holds a credential URL
+    (``scheme://user:password@…``, e.g. ``THREADLOOM_DB=postgresql://u:pw@host/db``)."""
     merged = {**base, **(extra or {})}
+    secrets = configured_secrets(merged)
     return {
         name: value
         for name, value in merged.items()
         if not any(marker in name.upper() for marker in SECRET_MARKERS)
+        and not any(secret in value for secret in secrets)
+        and not _CREDENTIAL_URL.search(value)
     }
 
 
