@@ -257,3 +257,25 @@ async def test_a_git_directory_stays_read_only(ws: Path) -> None:
     )
     assert "HOOK" not in out and "CONFIG" not in out, out
     assert "STATUS-OK" in out
+
+
+async def test_nested_repositories_in_the_workspace_are_read_only(ws: Path) -> None:
+    _git("init", "-q", cwd=ws)
+    (ws / "a.txt").write_text("a\n")
+    _git("add", "a.txt", cwd=ws)
+    _git("commit", "-qm", "a", cwd=ws)
+    _git("init", "-q", str(ws / "deep" / "sub"), cwd=ws)
+    _git("worktree", "add", "-q", str(ws / "wt"), cwd=ws)
+    wt_git = (ws / "wt" / ".git").read_text()
+    out = await sh(
+        ws,
+        "echo x > deep/sub/.git/hooks/pre-commit && echo HOOK; "
+        "echo '[core]' >> deep/sub/.git/config && echo CONFIG; "
+        "echo 'gitdir: /tmp/evil' > wt/.git && echo REWROTE; "
+        "echo ok > deep/sub/file && echo WS-OK",
+    )
+    for bad in ("HOOK", "CONFIG", "REWROTE"):
+        assert bad not in out, out
+    assert "WS-OK" in out
+    assert (ws / "wt" / ".git").read_text() == wt_git
+    assert not (ws / "deep" / "sub" / ".git" / "hooks" / "pre-commit").exists()

@@ -21,6 +21,7 @@ import contextlib
 import functools
 import os
 import platform
+import resource
 import shlex
 import shutil
 import struct
@@ -160,7 +161,8 @@ def bwrap_argv(
     ]
     argv += _hide_runtime_dirs(network)
     argv += ["--bind", ws, ws]
-    argv += _git_read_only(workspace)
+    for repo in git_repositories(workspace):
+        argv += _git_read_only(repo)
     home = os.environ.get("HOME")
     targets = [Path(home) / p for p in CREDENTIAL_PATHS] if home else []
     for path in [*targets, *hidden]:
@@ -177,6 +179,8 @@ def bwrap_argv(
     cgroup = pids_cgroup()
     if cgroup is not None:
         script += f"echo $$ > {shlex.quote(str(cgroup / 'cgroup.procs'))} 2>/dev/null; "
+    elif os.geteuid() != 0:
+        script += f"ulimit -u {nproc_limit()} 2>/dev/null; "
     script += 'exec "$@"'
     if filter_path is not None:
         script += f" 9< {shlex.quote(str(filter_path))}"
@@ -210,6 +214,36 @@ def _hide_runtime_dirs(network: bool) -> list[str]:
         except OSError:
             pass
     return argv
+
+
+GIT_SCAN_MAX_DIRS = 20_000
+"""How many directories of the workspace are looked through for nested repositories (``sub/.git``,
+a worktree or a submodule checked out inside it) before the scan stops: a bound on the cost per
+call in a huge tree. The workspace's own ``.git`` is always covered."""
+_SCAN_SKIP = frozenset({".git", "node_modules", ".venv", "__pycache__", ".threadloom"})
+
+
+def git_repositories(workspace: Path) -> list[Path]:
+    """The workspace and every directory under it that holds a ``.git`` (directory, file or
+    link), found by a bounded scan that follows no symlinks and does not enter ``.git`` itself."""
+    found = [workspace]
+    stack = [str(workspace)]
+    seen = 0
+    while stack and seen < GIT_SCAN_MAX_DIRS:
+        top = stack.pop()
+        seen += 1
+        try:
+            with os.scandir(top) as entries:
+                for entry in entries:
+                    if entry.name in _SCAN_SKIP:
+                        if entry.name == ".git" and top != str(workspace):
+                            found.append(Path(top))
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError:
+            continue
+    return found
 
 
 def _git_read_only(workspace: Path) -> list[str]:
@@ -317,7 +351,7 @@ def seccomp_filter_file() -> Path | None:
 PIDS_MAX = 512
 """At most this many processes (and threads) at once across all of one threadloom process's
 sandboxed commands (a pids cgroup; a fork bomb meets EAGAIN). Where no pids cgroup can be made
-(not root, no writable cgroup fs), no process limit is applied."""
+and we are not root, RLIMIT_NPROC (see ``nproc_limit``); as root without one, no limit."""
 _CGROUP_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")
 
 
@@ -350,6 +384,23 @@ def pids_cgroup() -> Path | None:
         atexit.register(_remove_cgroup, group)
         return group
     return None
+
+
+def nproc_limit() -> int:
+    """Without a pids cgroup and not root: RLIMIT_NPROC for the command, which the kernel counts
+    per real uid across the whole host, so it is what this uid already runs plus ``PIDS_MAX``
+    (never above the current hard limit). As root RLIMIT_NPROC is not enforced at all."""
+    uid = os.getuid()
+    count = 0
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                with contextlib.suppress(OSError):
+                    if os.stat(f"/proc/{name}").st_uid == uid:
+                        count += 1
+    _, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    want = count + PIDS_MAX
+    return want if hard == resource.RLIM_INFINITY else min(want, hard)
 
 
 def _reap_stale(parent: Path) -> None:
