@@ -284,11 +284,11 @@ async def run_thread(
     finally:
         if renewer is not None:
             renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await renewer
+            # waited for without swallowing a cancellation of this run (it goes on up after)
+            await finish_uncancelled(asyncio.wait([renewer]))
         with contextlib.suppress(Exception):
             # a no-op unless ``me`` holds the lease
-            await asyncio.shield(store.release_lease(thread_id, me))
+            await finish_uncancelled(store.release_lease(thread_id, me))
         bound.__exit__(None, None, None)
 
 
@@ -328,8 +328,7 @@ async def _drive(run: _Run) -> RunOutcome:
                 await _store(run, NewMessage.user(run.message))
             return await _turns(run)
     except TimeoutError:
-        await finish_uncancelled(_answer_orphans(run, replay=False))
-        return await _finish(run, Status.FAILED, error=f"timed out after {cfg.timeout_s:g} s")
+        return await finish_uncancelled(_end_timed_out(run))
     except BudgetExhausted as exc:
         return await _finish(run, Status.FAILED, error=f"budget exhausted: {exc}", exception=exc)
     except ModelError as exc:
@@ -337,8 +336,9 @@ async def _drive(run: _Run) -> RunOutcome:
             run, Status.FAILED, error=f"model provider failed: {exc}", exception=exc
         )
     except asyncio.CancelledError:
-        await finish_uncancelled(_answer_orphans(run, replay=False))
-        await _finish(run, Status.INTERRUPTED, error="interrupted")
+        # one shielded cleanup, run to its end whatever else is cancelled meanwhile: a second
+        # cancellation must not skip the terminal status (nor race the answers into the record)
+        await finish_uncancelled(_end_interrupted(run))
         raise
     except DatabaseError as exc:
         # the world, not a bug (the disk is full, the database went away): one line, no
@@ -350,6 +350,16 @@ async def _drive(run: _Run) -> RunOutcome:
         log.exception("thread.crashed")
         await _finish(run, Status.FAILED, error=f"{type(exc).__name__}: {exc}", exception=exc)
         raise
+
+
+async def _end_interrupted(run: _Run) -> None:
+    await _answer_orphans(run, replay=False)
+    await _finish(run, Status.INTERRUPTED, error="interrupted")
+
+
+async def _end_timed_out(run: _Run) -> RunOutcome:
+    await _answer_orphans(run, replay=False)
+    return await _finish(run, Status.FAILED, error=f"timed out after {run.config.timeout_s:g} s")
 
 
 async def _answer_orphans(run: _Run, *, replay: bool = True) -> None:
@@ -516,7 +526,9 @@ async def _run_tools(run: _Run, uses: list[ToolUseBlock]) -> dict[str, ToolOutpu
             for u in others:
                 tg.create_task(one(u))
     except asyncio.CancelledError:
-        await asyncio.shield(_answer(run, uses, outputs))
+        # waited for to its end (not merely shielded): a second cancellation must not let the
+        # caller's cleanup read the history before these answers are in it and answer again
+        await finish_uncancelled(_answer(run, uses, outputs))
         raise
     submits = [u for u in uses if u.name == SUBMIT_RESULT]
     for i, u in enumerate(submits):

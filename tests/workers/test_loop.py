@@ -408,3 +408,35 @@ async def test_a_run_cancelled_while_its_lease_is_being_written_releases_it(
     assert info.lease_owner is None
     outcome = await run(store, tid, scripted(submit()), workspace)
     assert outcome.status == Status.DONE
+
+
+async def test_a_second_cancellation_a_few_steps_after_the_first_still_ends_interrupted(
+    store: Store, workspace: Path
+) -> None:
+    # issue 9 item 13: the cleanup of the first cancellation (answering in-flight calls, writing
+    # the terminal status) was itself cancelled by the second one: the thread stayed RUNNING, or
+    # the calls were answered twice (InvariantError instead of CancelledError)
+    started = workspace / "started"
+    model = scripted(
+        tool_response(("bash", {"command": f"touch {started}; sleep 60"}), ("list_files", {})),
+        submit(),
+    )
+    for gap in range(0, 40):
+        started.unlink(missing_ok=True)
+        tid = await new_worker(store)
+        task = asyncio.create_task(run(store, tid, model, workspace))
+        while not started.exists():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        for _ in range(gap):
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        info = await store.get_thread(tid)
+        assert info.lease_owner is None, gap
+        assert info.status == Status.INTERRUPTED, (gap, info.status)
+        msgs = await store.messages(tid)
+        uses = [b.id for m in msgs for b in m.content if isinstance(b, ToolUseBlock)]
+        answers = [b.tool_use_id for m in msgs for b in m.content if isinstance(b, ToolResultBlock)]
+        assert len(uses) == 2 and sorted(uses) == sorted(answers), gap
