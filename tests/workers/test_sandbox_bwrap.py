@@ -86,10 +86,8 @@ async def test_no_capabilities_no_mounts_and_the_hidden_key_stays_hidden(
 
 
 async def test_a_fork_bomb_meets_the_process_limit(ws: Path) -> None:
-    if os.geteuid() == 0:
+    if os.geteuid() == 0:  # RLIMIT_NPROC does not bind root: the cgroup must exist
         assert pids_cgroup() is not None, "as root a pids cgroup must be made"
-    else:
-        pytest.skip("the pids cgroup needs root")
     bomb = (
         "import os, time\n"
         "n = 0\n"
@@ -109,8 +107,8 @@ async def test_a_fork_bomb_meets_the_process_limit(ws: Path) -> None:
     # the host is fine
     assert subprocess.run(["true"], check=False).returncode == 0
     group = pids_cgroup()
-    assert group is not None
-    assert int((group / "pids.max").read_text()) == PIDS_MAX
+    if group is not None:
+        assert int((group / "pids.max").read_text()) == PIDS_MAX
 
 
 class _UnixServer:

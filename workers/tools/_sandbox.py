@@ -180,7 +180,8 @@ def bwrap_argv(
     if cgroup is not None:
         script += f"echo $$ > {shlex.quote(str(cgroup / 'cgroup.procs'))} 2>/dev/null; "
     elif os.geteuid() != 0:
-        script += f"ulimit -u {nproc_limit()} 2>/dev/null; "
+        n = nproc_limit()  # dash and ash spell it -p, bash -u (where -p is the pipe size)
+        script += f"{{ ulimit -p {n} || ulimit -u {n}; }} 2>/dev/null; "
     script += 'exec "$@"'
     if filter_path is not None:
         script += f" 9< {shlex.quote(str(filter_path))}"
