@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from store import Kind, NewMessage, Status, Store, ToolUseBlock
+from store import Kind, NewMessage, Status, Store, ToolResultBlock, ToolUseBlock
 from tests.fakes.messages_api import FakeMessagesAPI
 from workers import LoopConfig, build_tools, run_thread
 from workers.providers import AnthropicModel
@@ -108,9 +108,12 @@ class LoopMachine(RuleBasedStateMachine):
         )
 
     @rule(
-        which=st.integers(min_value=0, max_value=50), steps=st.integers(min_value=0, max_value=30)
+        which=st.integers(min_value=0, max_value=50),
+        steps=st.integers(min_value=0, max_value=30),
+        again=st.one_of(st.none(), st.integers(min_value=0, max_value=40)),
     )
-    def cancel_mid_run(self, which: int, steps: int) -> None:
+    def cancel_mid_run(self, which: int, steps: int, again: int | None) -> None:
+        """Cancel a run once, or twice (the second ``again`` steps after the first)."""
         tid = self.threads[which % len(self.threads)]
         self.replies = [self._reply(2, True), self._reply(1, False)]
 
@@ -128,12 +131,18 @@ class LoopMachine(RuleBasedStateMachine):
             for _ in range(steps):
                 await asyncio.sleep(0)
             task.cancel()
+            if again is not None:
+                for _ in range(again):
+                    await asyncio.sleep(0)
+                task.cancel()
             try:
                 await task
             except asyncio.CancelledError:
                 pass
 
         self.loop.run_until_complete(go())
+        info = self.loop.run_until_complete(self.store.get_thread(tid))
+        assert info.status != Status.RUNNING and info.lease_owner is None, info.status
 
     @precondition(lambda self: len(self.threads) < 6)
     @rule(which=st.integers(min_value=0, max_value=50), at=st.integers(min_value=1, max_value=200))
@@ -146,6 +155,15 @@ class LoopMachine(RuleBasedStateMachine):
             self.store.fork(tid, at=point, messages=[NewMessage.user("go on differently")])
         )
         self.threads.append(fork.id)
+
+    @invariant()
+    def every_tool_call_is_answered_at_most_once(self) -> None:
+        for tid in self.threads:
+            msgs = self.loop.run_until_complete(self.store.messages(tid))
+            answers = [
+                b.tool_use_id for m in msgs for b in m.content if isinstance(b, ToolResultBlock)
+            ]
+            assert len(answers) == len(set(answers)), answers
 
     @invariant()
     def the_api_rejected_nothing(self) -> None:
