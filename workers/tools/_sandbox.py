@@ -1,12 +1,32 @@
 """The OS sandbox for ``bash``: bubblewrap (``bwrap``) when it is installed and works.
 
-Under the sandbox a command sees the whole filesystem read-only except the workspace (writable,
-its ``.git`` read-only) and a private, empty ``/tmp``; it has its own PID namespace (when the
-command's shell exits, the kernel kills everything it left behind, ``setsid`` or not), no network
-unless the job sets ``network = true`` (a fresh network namespace with only loopback), and the
-places that hold credentials (``~/.ssh``, ``~/.aws``, …, plus whatever the caller names — the
-threadloom database directory) hidden under empty mounts (an empty tmpfs, or /dev/null for a
-file). ``--die-with-parent``: if threadloom itself dies, the sandboxed command dies with it.
+Under the sandbox a command:
+
+- runs in its own user namespace (``--unshare-user``, uid/gid 0 mapped to the caller's own ids, so
+  file ownership in the workspace looks as it does outside and git sees no dubious ownership)
+  with every capability dropped (``--cap-drop ALL``: ``CapEff`` 0, even when threadloom is root):
+  no ``mount``, ``umount`` or remount, so the mounts below cannot be undone;
+- sees the whole filesystem read-only except the workspace (writable) and a private, empty
+  ``/tmp``; ``.git`` read-only wherever it sits in the workspace (the workspace's own and nested
+  repositories', found by a bounded scan of ``GIT_SCAN_MAX_DIRS`` directories), whether it is a
+  directory or a worktree's ``.git`` file, and the git dir and common dir such a file names;
+- cannot reach host services over Unix sockets: ``/run`` (hence ``/var/run``),
+  ``/var/lib/docker`` and ``/var/lib/postgresql`` are empty tmpfs mounts, and a seccomp filter
+  makes ``socket(AF_UNIX, …)`` (and ``io_uring_setup``) fail with EPERM, so no path-named or
+  abstract Unix socket anywhere can be connected to; ``socketpair`` still works; any other
+  syscall ABI (x32, a foreign arch) gets EPERM for every call;
+- has its own PID namespace (when the command's shell exits, the kernel kills everything it left
+  behind, ``setsid`` or not), a new session (``--new-session``: no TIOCSTI into a terminal), and
+  ``--die-with-parent`` (if threadloom dies, the command dies with it);
+- has no network unless the job sets ``network = true`` (a fresh network namespace with only
+  loopback);
+- cannot start more than ``PIDS_MAX`` (512) processes and threads at once, across all sandboxed
+  commands of one threadloom process: a pids cgroup (v1 ``pids`` or v2) when one can be made
+  (root); otherwise, not root, RLIMIT_NPROC at what the uid already runs + 512; as root without a
+  pids cgroup there is no process limit (the kernel does not apply RLIMIT_NPROC to root);
+- finds the places that hold credentials (``~/.ssh``, ``~/.aws``, …, plus whatever the caller
+  names — the threadloom database directory) hidden under empty mounts (an empty tmpfs, or
+  /dev/null for a file); a credential path that is a symlink has its target hidden.
 
 Modes (``sandbox`` in the job file, ``ToolContext.sandbox``): ``auto`` uses bubblewrap when it is
 available and otherwise the plain process-group runner; ``required`` refuses to run a command
