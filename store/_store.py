@@ -49,6 +49,7 @@ from .errors import (
     ForkPointError,
     InvariantError,
     LeaseHeld,
+    LeaseLost,
     StatusError,
     StoreError,
     ThreadNotFound,
@@ -72,6 +73,7 @@ class _PendingAppend:
     messages: Sequence[NewMessage]
     usage: UsageRecord | None
     future: asyncio.Future[list[Message]]
+    lease_owner: str | None = None
 
 
 def id_prefix_condition(
@@ -289,16 +291,19 @@ class Store:
         msgs: Sequence[NewMessage] | NewMessage,
         *,
         usage: UsageRecord | None = None,
+        lease_owner: str | None = None,
     ) -> list[Message]:
         """Append messages (numbered after the thread's head) in one transaction, with the
         usage row of the model response that produced them. Returns the stored messages once
         committed. Raises ``InvariantError`` when the pairing invariant would break; nothing of
-        that call is stored then."""
+        that call is stored then. With ``lease_owner``, the same transaction checks that this
+        owner still holds an unexpired lease on the thread, and raises ``LeaseLost`` (storing
+        nothing of that call) when it does not; other appends of the same batch still commit."""
         batch = [msgs] if isinstance(msgs, NewMessage) else list(msgs)
         if not batch:
             return []
         loop = asyncio.get_running_loop()
-        item = _PendingAppend(thread_id, batch, usage, loop.create_future())
+        item = _PendingAppend(thread_id, batch, usage, loop.create_future(), lease_owner)
         item.future.add_done_callback(_consume)
         self._pending.append(item)
         try:
@@ -332,15 +337,15 @@ class Store:
         self, conn: AsyncConnection, batch: list[_PendingAppend]
     ) -> list[list[Message] | StoreError]:
         ids = sorted({p.thread_id for p in batch})
-        q = sa.select(threads.c.id, threads.c.head_seq, threads.c.pending_tool_ids).where(
-            threads.c.id.in_(ids)
-        )
-        if conn.dialect.name == "postgresql":
-            q = q.with_for_update()
-        state = {
-            r.id: (int(r.head_seq), tuple(r.pending_tool_ids or ())) for r in await conn.execute(q)
-        }
         now = utcnow()
+        live = sa.case((threads.c.lease_expires_at > now, True), else_=False).label("lease_live")
+        cols = (threads.c.id, threads.c.head_seq, threads.c.pending_tool_ids, threads.c.lease_owner)
+        q = sa.select(*cols, live).where(threads.c.id.in_(ids))
+        if conn.dialect.name == "postgresql":
+            q = q.with_for_update(of=threads)
+        found = list(await conn.execute(q))
+        state = {r.id: (int(r.head_seq), tuple(r.pending_tool_ids or ())) for r in found}
+        leases = {r.id: (r.lease_owner, bool(r.lease_live)) for r in found}
         outcomes: list[list[Message] | StoreError] = []
         msg_rows: list[dict[str, Any]] = []
         usage_rows: list[dict[str, Any]] = []
@@ -351,6 +356,16 @@ class Store:
                 outcomes.append(ThreadNotFound(f"no thread {format_ref(p.thread_id)}"))
                 continue
             head, pending = st
+            if p.lease_owner is not None and leases[p.thread_id] != (p.lease_owner, True):
+                holder = leases[p.thread_id][0]
+                outcomes.append(
+                    LeaseLost(
+                        f"{format_ref(p.thread_id)}: {p.lease_owner} no longer holds the lease"
+                        f" (held by {holder or 'nobody'}); nothing was appended",
+                        holder,
+                    )
+                )
+                continue
             try:
                 new_pending = check_append(pending, head, p.messages)
             except InvariantError as err:

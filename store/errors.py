@@ -10,6 +10,7 @@
     ├── StatusError                a transition the thread state machine does not allow
     ├── ConcurrencyError           a stale version: someone else wrote the thread first
     ├── LeaseHeld                  another runner owns the thread
+    │   └── LeaseLost              an append by a runner whose lease expired or was taken over
     ├── DatabaseError              the database failed (translated from the driver at one boundary)
     │   ├── DatabaseUnavailable    it cannot be opened or reached
     │   └── DatabaseFull           the disk or the database's size limit is full
@@ -64,6 +65,11 @@ class LeaseHeld(StoreError):
     def __init__(self, message: str, owner: str | None) -> None:
         super().__init__(message)
         self.owner = owner
+
+
+class LeaseLost(LeaseHeld):
+    """The appending runner no longer holds the thread's lease (it expired or another runner
+    took it over): nothing of that append is stored, and the runner must stop writing."""
 
 
 class DatabaseError(StoreError):

@@ -1,0 +1,42 @@
+"""An append checks its runner's lease in its own transaction (issue 9 item 12)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from store import Kind, LeaseLost, NewMessage, Status, Store
+
+
+async def test_an_append_by_a_runner_whose_lease_was_taken_over_stores_nothing(
+    store: Store,
+) -> None:
+    info = await store.create_thread(
+        kind=Kind.WORKER, status=Status.QUEUED, messages=[NewMessage.user("go")]
+    )
+    tid = info.id
+    await store.acquire_lease(tid, "A", ttl_s=-1)  # A's lease has already expired
+    await store.acquire_lease(tid, "B", ttl_s=60)  # so B may take it over
+    with pytest.raises(LeaseLost):
+        await store.append(tid, NewMessage.assistant("A still talking"), lease_owner="A")
+    stored = await store.append(tid, NewMessage.assistant("B's turn"), lease_owner="B")
+    assert [m.seq for m in stored] == [2]
+    texts = [m.content[0].text for m in await store.messages(tid)]  # type: ignore[union-attr]
+    assert texts == ["go", "B's turn"]
+
+
+async def test_an_expired_lease_fails_alone_in_a_group_commit(store: Store) -> None:
+    a = await store.create_thread(kind=Kind.WORKER, messages=[NewMessage.user("a")])
+    b = await store.create_thread(kind=Kind.WORKER, messages=[NewMessage.user("b")])
+    await store.acquire_lease(a.id, "A", ttl_s=-1)
+    await store.acquire_lease(b.id, "B", ttl_s=60)
+    lost, kept = await asyncio.gather(
+        store.append(a.id, NewMessage.assistant("late"), lease_owner="A"),
+        store.append(b.id, NewMessage.assistant("on time"), lease_owner="B"),
+        return_exceptions=True,
+    )
+    assert isinstance(lost, LeaseLost)
+    assert not isinstance(kept, BaseException) and kept[0].seq == 2
+    assert len(await store.messages(a.id)) == 1
+    assert len(await store.messages(b.id)) == 2
