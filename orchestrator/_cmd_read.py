@@ -118,6 +118,8 @@ def show(ctx: click.Context, ref: str, tools: bool, raw: bool, redact: bool) -> 
     tail kept) with a marker giving the omitted size and the ref T-…#n whose
     --raw view has it whole.
     --raw prints tool inputs, tool outputs and thinking whole and verbatim.
+    Control characters (escape sequences, a lone CR, bidi overrides) are shown
+    visibly (ESC as ^[) except with --raw, which writes the bytes as stored.
 
     --json prints {ref, kind, status, title, parent, forked_from: {ref, at} | null, result,
     usage, messages: [{seq, role, content}]} with content blocks exactly as stored.
@@ -166,7 +168,7 @@ def show(ctx: click.Context, ref: str, tools: bool, raw: bool, redact: bool) -> 
             mode: Mode = "raw" if raw else "tools" if tools else "brief"
             render_messages(p, info, msgs, mode, before=before)
 
-        return Output(data, text, redact=redact)
+        return Output(data, text, redact=redact, verbatim=raw)
 
     run_command(ctx, go)
 

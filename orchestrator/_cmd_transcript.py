@@ -61,7 +61,7 @@ def export(ctx: click.Context, ref: str, fmt: str, redact: bool) -> None:
         else:
             text = dump_transcript(msgs)
         data = {"ref": info.ref, "format": fmt, "messages": len(msgs), "text": text}
-        return Output(data, text, redact=redact)
+        return Output(data, text, redact=redact, verbatim=True)  # the record, byte for byte
 
     run_command(ctx, go)
 

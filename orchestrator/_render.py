@@ -5,11 +5,17 @@ On a terminal, ``rich`` styles the output (``NO_COLOR`` is honoured) and a table
 column is cut to fit the window. Anywhere else — a pipe, a file, a test — output is plain text:
 no escape codes, columns two spaces apart, nothing cut, no trailing spaces. ``rich`` is imported
 only for a terminal.
+
+Either way, text from the record (a tool's output, a title, an error) cannot drive the terminal:
+control characters are shown, not sent (``visible``) — ESC as ``^[`` (as ``cat -v`` does), a
+carriage return not ending a line as ``^M``, C1 controls as ``\x9b``, and the bidi overrides
+that reorder text as ``\u202e``. Only a ``verbatim`` printer (``show --raw``) writes them as stored.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 import unicodedata
@@ -30,13 +36,41 @@ class Column:
 
 Cell = str | tuple[str, Style]
 
+# C0 controls but newline and tab (a CR is harmless only right before a newline), DEL, C1
+# controls, and the bidi embeddings/overrides/isolates (U+202A–U+202E, U+2066–U+2069)
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]|\r(?!\n)")
+
+
+def _shown(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code < 0x20:
+        return "^" + chr(code + 0x40)  # ESC → ^[, CR → ^M, BEL → ^G
+    if code == 0x7F:
+        return "^?"
+    if code <= 0x9F:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}"
+
+
+def visible(text: str) -> str:
+    """``text`` with every character that could move the cursor, set a title, write the
+    clipboard or reorder the line written visibly instead (``^[``, ``^M``, ``\\x9b``,
+    ``\\u202e``). Newlines and tabs are kept; printable text is unchanged."""
+    if text.isprintable():
+        return text
+    return _CONTROL.sub(_shown, text)
+
 
 class Printer:
-    """Writes command output to ``stream`` (stdout by default)."""
+    """Writes command output to ``stream`` (stdout by default), control characters made
+    ``visible`` unless ``verbatim``."""
 
-    def __init__(self, stream: TextIO | None = None, *, color: bool | None = None) -> None:
+    def __init__(
+        self, stream: TextIO | None = None, *, color: bool | None = None, verbatim: bool = False
+    ) -> None:
         self.stream = sys.stdout if stream is None else stream
         self.styled = _isatty(self.stream) if color is None else color
+        self.verbatim = verbatim
         self._console: Any = None
 
     @property
@@ -59,6 +93,8 @@ class Printer:
 
     def parts(self, parts: Sequence[tuple[str, Style]]) -> None:
         """One line made of differently styled parts."""
+        if not self.verbatim:
+            parts = [(visible(t), s) for t, s in parts]
         if not self.styled:
             self.stream.write("".join(t for t, _ in parts) + "\n")
             return
@@ -70,7 +106,10 @@ class Printer:
         self.console.print(text)
 
     def write(self, text: str) -> None:
-        """Text written exactly as given (no styling, no newline added)."""
+        """Text written as given (no styling, no newline added; controls made visible unless
+        ``verbatim``)."""
+        if not self.verbatim:
+            text = visible(text)
         if self.styled:
             self.console.file.write(text)
         else:
@@ -80,6 +119,8 @@ class Printer:
         """Columns aligned, two spaces apart. On a terminal the ``wrap`` column is cut (with
         "…") so that rows fit the window; elsewhere nothing is cut."""
         cells = [[(c, None) if isinstance(c, str) else c for c in row] for row in rows]
+        if not self.verbatim:  # before measuring: "^[" is two columns wide
+            cells = [[(visible(t), s) for t, s in row] for row in cells]
         header = [c.header for c in columns]
         widths = [
             max([cell_width(header[i])] + [cell_width(r[i][0]) for r in cells])
@@ -240,6 +281,12 @@ def json_value(value: Any, width: int) -> str:
     return one_line(json.dumps(value, ensure_ascii=False), width)
 
 
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
 def dumps(doc: Any) -> str:
-    """The one JSON document a ``--json`` command prints."""
-    return json.dumps(doc, ensure_ascii=False, indent=2)
+    """The one JSON document a ``--json`` command prints. Non-ASCII text is kept, but DEL, C1
+    controls, line separators and bidi overrides are ``\\u`` escapes too (JSON already escapes
+    C0): the document is safe to print on a terminal and decodes to the same values."""
+    text = json.dumps(doc, ensure_ascii=False, indent=2)
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

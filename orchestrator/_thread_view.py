@@ -276,7 +276,7 @@ def _render_call(p: Printer, name: str, args: dict[str, Any], mode: Mode, ref: s
 def _render_output(p: Printer, name: str, b: Any, mode: Mode, ref: str) -> None:
     text: str = b.text
     state = ("error", "red") if b.is_error else ("ok", "green")
-    size = f" · {plural(len(text.splitlines()), 'line')} · {plural(len(text), 'char')}"
+    size = f" · {plural(len(_lines(text)), 'line')} · {plural(len(text), 'char')}"
     parts: list[tuple[str, str | None]] = [
         ("← ", "magenta"),
         (f"{name} · ", None),
@@ -299,12 +299,19 @@ def _body(p: Printer, text: str, mode: Mode, ref: str, what: str) -> None:
         p.line(text.rstrip("\n"))
         return
     head, marker, tail = cap_text(text, ref=ref, what=what)
-    for line in head.splitlines():
+    for line in _lines(head):
         p.line(f"    {line}")
     if marker:
         p.line(f"    {marker}", "yellow")
-        for line in tail.splitlines():
+        for line in _lines(tail):
             p.line(f"    {line}")
+
+
+def _lines(text: str) -> list[str]:
+    """The lines of ``text`` split at newlines only (CRLF counts as one): a lone CR, which on a
+    terminal would overwrite the line, stays in its line, to be shown as ``^M``."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
 
 
 def cap_text(

@@ -47,7 +47,7 @@ import click
 from store import redact, redact_data
 
 from ._errors import EXIT_INTERRUPTED, EXIT_USAGE, exit_code_for, one_line
-from ._render import Printer, dumps
+from ._render import Printer, dumps, visible
 
 if TYPE_CHECKING:
     from store import Store
@@ -104,12 +104,15 @@ class Output:
     """What a command produced: ``data`` is its ``--json`` document; ``text`` its text output,
     either a string written as is or a function that writes through a ``Printer``. Both are
     redacted (``store.redact``) unless ``redact`` is False — transcripts shown or
-    exported as the record (``show``/``export`` without ``--redact``)."""
+    exported as the record (``show``/``export`` without ``--redact``). Control characters in
+    the text are made visible (``_render.visible``) unless ``verbatim`` (``show --raw``,
+    ``export``: the bytes as stored)."""
 
     data: Any
     text: str | Callable[[Printer], None] | None = None
     exit_code: int = 0
     redact: bool = True
+    verbatim: bool = False
 
 
 _CURRENT: ContextVar[AppContext | None] = ContextVar("threadloom_app", default=None)
@@ -130,11 +133,12 @@ def emit(app: AppContext, out: Output, *, stream: Any = None) -> None:
         if app.json:
             stdout.write(dumps(redact_data(out.data) if out.redact else out.data) + "\n")
         elif isinstance(out.text, str):
-            stdout.write(redact(out.text) if out.redact else out.text)
+            text = redact(out.text) if out.redact else out.text
+            stdout.write(text if out.verbatim else visible(text))
         elif out.text is not None and not out.redact:
-            out.text(Printer(stdout))
+            out.text(Printer(stdout, verbatim=out.verbatim))
         elif out.text is not None:
-            _write_redacted(out.text, stdout)
+            _write_redacted(out.text, stdout, verbatim=out.verbatim)
         stdout.flush()
     except BrokenPipeError:  # the reader had enough (``threadloom show … | head``)
         _silence_stdout()
@@ -144,7 +148,9 @@ def emit(app: AppContext, out: Output, *, stream: Any = None) -> None:
         raise CliError(f"cannot write the output: {err.strerror or err}", EXIT_FAILED) from err
 
 
-def _write_redacted(write: Callable[[Printer], None], stdout: Any) -> None:
+def _write_redacted(
+    write: Callable[[Printer], None], stdout: Any, *, verbatim: bool = False
+) -> None:
     """Render into a buffer that looks like ``stdout`` (same width, colours, tty-ness), then
     write it redacted: a secret may span several of the printer's writes."""
     import io
@@ -157,7 +163,7 @@ def _write_redacted(write: Callable[[Printer], None], stdout: Any) -> None:
                 return False
 
     buf = _Buffer()
-    write(Printer(buf))
+    write(Printer(buf, verbatim=verbatim))
     stdout.write(redact(buf.getvalue()))
 
 
@@ -299,9 +305,9 @@ def report_error(exc: BaseException, argv: Sequence[str] = ()) -> int:
         code, message = exc.exit_code, " ".join(exc.format_message().split())
     else:
         code, message = exit_code_for(exc), one_line(exc)
-    message = redact(message)
+    message = visible(redact(message))  # an error may quote a title or a tool's output
     if verbose and not isinstance(exc, click.UsageError | click.Abort):
-        sys.stderr.write(redact("".join(traceback.format_exception(exc))))
+        sys.stderr.write(visible(redact("".join(traceback.format_exception(exc)))))
         message = message.removesuffix(" (run with -v for the traceback)")
     try:
         if json_mode:
