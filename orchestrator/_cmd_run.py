@@ -33,7 +33,7 @@ def exit_code(outcome: JobOutcome) -> int:
 
 def render(outcome: JobOutcome, *, hints: list[str] | None = None) -> Callable[[Printer], None]:
     def write(p: Printer) -> None:
-        out = p.stream
+        out = _Visible(p.stream)
         if outcome.report:
             out.write(outcome.report.rstrip() + "\n\n")
         if outcome.workers:
@@ -58,6 +58,19 @@ def render(outcome: JobOutcome, *, hints: list[str] | None = None) -> Callable[[
             out.write(hint + "\n")
 
     return write
+
+
+class _Visible:
+    """Writes through ``visible``: the report and summaries are model-written text, and no
+    control sequence in them may reach the terminal."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        from ._render import visible
+
+        self.stream.write(visible(text))
 
 
 async def _orchestrate(

@@ -16,6 +16,8 @@ from typing import Any, TextIO
 from store import Status, format_ref, redact
 from workers import LoopEvent
 
+from ._render import visible
+
 
 @dataclass
 class _Row:
@@ -87,7 +89,7 @@ class Progress:
     def _line(self, text: str) -> None:
         if self._live is None:
             try:
-                self.stream.write(redact(text) + "\n")
+                self.stream.write(visible(redact(text)) + "\n")
                 self.stream.flush()
             except (OSError, ValueError):
                 pass
