@@ -128,10 +128,12 @@ async def test_background_child_holding_the_output_pipe_does_not_hang_the_call(
     assert_group_dead(pgid, [child])
 
 
-async def test_process_that_left_the_group_and_holds_the_pipe_is_not_waited_for(
+async def test_a_process_that_left_the_group_does_not_outlive_the_command(
     ws: Path, ctx: ToolContext
 ) -> None:
-    # The FIFO makes the shell wait until the escaped process really is in its own session.
+    # The FIFO makes the shell wait until the escaped process really is in its own session. The
+    # plain runner's exec helper is a subreaper: it kills it when the shell exits, so the pipe
+    # it holds closes and nothing is waited for.
     command = (
         "mkfifo escaped; setsid sh -c 'echo $$ > escaped; exec sleep 300' & "
         "read pid < escaped; echo $pid"
@@ -139,12 +141,13 @@ async def test_process_that_left_the_group_and_holds_the_pipe_is_not_waited_for(
     out = await BashTool().invoke({"command": command}, ctx)
     escaped = int(out.text.splitlines()[0])
     try:
-        assert "[stopped reading: the output pipe is held open" in out.text
+        info = _stat_fields(escaped)
+        assert info is None or info[0] == "Z", info  # killed (and reaped) already
+        assert "[stopped reading" not in out.text
         assert out.text.endswith("[exit code: 0]")
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(escaped, signal.SIGKILL)
-        assert wait_until_dead([escaped]) == []
 
 
 async def test_cancellation_kills_the_group_and_propagates(ws: Path, ctx: ToolContext) -> None:

@@ -12,7 +12,8 @@ group id), and:
   is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so every orphaned descendant of the command,
   even one that left the process group with ``setsid``, becomes its child. On threadloom's death
   it SIGKILLs every descendant, again and again until none is left, then exits;
-- otherwise waits for the shell and exits with its status (a signal death is re-raised on itself,
+- otherwise waits for the shell, kills whatever the command left behind (in its group or not),
+  and exits with the shell's status (a signal death is re-raised on itself,
   so threadloom reads the same status it would read from the shell).
 """
 
@@ -47,6 +48,12 @@ def _descendants(root: int) -> list[int]:
 
 
 def _kill_everything(*_: object) -> None:
+    _sweep()
+    os._exit(137)
+
+
+def _sweep() -> None:
+    """SIGKILL every descendant, again until none is left (a subreaper inherits the orphans)."""
     me = os.getpid()
     while True:
         pids = _descendants(me)
@@ -61,7 +68,7 @@ def _kill_everything(*_: object) -> None:
         except ChildProcessError:
             pass
         if not pids:  # zombies are listed too, so none listed means none left
-            os._exit(137)
+            return
 
 
 def main() -> None:
@@ -91,6 +98,8 @@ def main() -> None:
             break
         except ChildProcessError:
             os._exit(127)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _sweep()  # nothing outlives the command, not even what left its process group
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
