@@ -2,9 +2,12 @@
 
 What is stored where:
 
-- the lead's task JSON holds ``isolation`` = ``{root, rel, base, head, dirty}`` (``JobBase``):
-  the repository, the workspace's path inside it, and the base commit (also kept at
-  ``refs/threadloom/<job id>/base`` so git never collects it);
+- the lead's task JSON holds ``isolation`` = ``{root, rel, base, head, dirty, drivers}``
+  (``JobBase``): the repository, the workspace's path inside it, the base commit (also kept at
+  ``refs/threadloom/<job id>/base`` so git never collects it), and the filter, merge and diff
+  drivers the repository's configuration had when the job started — the only ones threadloom's
+  git runs for the job, whichever process runs it (a job recorded without ``drivers`` trusts
+  none);
 - each worker's task JSON holds ``workspace`` (its worktree, plus ``rel``) and ``worktree`` =
   ``{thread, path, branch, base, root}``. ``thread`` names the owner: a fork starts with a copy
   of its source's task, sees that the worktree is not its own, and gets a fresh one;
@@ -104,16 +107,9 @@ class Isolation:
     ) -> Isolation | None:
         """The isolation of the job ``lead`` runs, or None (``isolation = "none"``). ``db`` is
         the database file, never captured by a checkpoint when it lies inside the repository."""
-        raw = (lead.task or {}).get("isolation")
-        if not isinstance(raw, dict):
+        base = await job_base(lead)
+        if base is None:
             return None
-        base = wt.JobBase(
-            root=Path(raw["root"]),
-            rel=str(raw.get("rel", "")),
-            base=str(raw["base"]),
-            head=raw.get("head"),
-            dirty=bool(raw.get("dirty")),
-        )
         common = await wt.common_dir(base.root)
         return cls(
             store, job_id=lead.id, base=base, worktrees=common.joinpath(*WORKTREES_DIR), db=db
@@ -203,6 +199,25 @@ class Isolation:
         return result
 
 
+async def job_base(lead: ThreadInfo) -> wt.JobBase | None:
+    """The base of the job ``lead`` runs (None without worktree isolation), its drivers
+    registered as the repository's trusted ones before any git of the job runs."""
+    raw = (lead.task or {}).get("isolation")
+    if not isinstance(raw, dict):
+        return None
+    drivers = raw.get("drivers")
+    base = wt.JobBase(
+        root=Path(raw["root"]),
+        rel=str(raw.get("rel", "")),
+        base=str(raw["base"]),
+        head=raw.get("head"),
+        dirty=bool(raw.get("dirty")),
+        drivers={str(k): str(v) for k, v in drivers.items()} if isinstance(drivers, dict) else {},
+    )
+    await base.trust()
+    return base
+
+
 async def start_job(workspace: Path, *, db: Path | None = None) -> wt.JobBase:
     """Check the workspace and capture the job's base (before anything is stored); ``db``, the
     database file, is left out of it (with ``.threadloom/`` and the job logs)."""
@@ -227,6 +242,7 @@ async def tree_of(store: Store, ref: str) -> tuple[ThreadInfo, WorkerTree, int |
         )
     if tree.thread != info.id:
         raise wt.RepoStateError(f"{info.ref} is a fork that has not run yet: it has no files")
+    await job_base(await store.get_thread(info.job_id))
     return info, tree, resolved.end if resolved.start is not None else None
 
 
@@ -296,7 +312,7 @@ async def gc(store: Store, *, job_id: str | None = None, branches: bool = False)
     report = GcReport([], [], [])
     leads = [await store.get_thread(job_id)] if job_id else await store.list_threads(kind="lead")
     for lead in leads:
-        if not isinstance((lead.task or {}).get("isolation"), dict):
+        if await job_base(lead) is None:
             continue
         threads = await store.job_tree(lead.id)
         busy = [t for t in threads if t.status not in FINISHED and t.status != Status.IDLE]

@@ -127,6 +127,61 @@ reach it; a worktree's own ``config.worktree`` is removed before threadloom acts
 
 GIT_TIMEOUT_S = 600.0
 
+# ----------------------------------------------------------------- drivers the user configured
+
+_DRIVER_KEY = re.compile(
+    r"(filter\..+\.(clean|smudge|process|required)|merge\..+\.driver|diff\..+\.(textconv|command))"
+)
+"""Repository configuration that names a program git runs on file contents (or, ``required``,
+makes a filter's absence fatal): ``git config --list`` spells sections and keys in lower case,
+subsections as written."""
+_DISABLED = {"required": "false", "driver": "false"}
+"""What a driver key not in the job's snapshot is set to: empty (git then runs no clean, smudge
+or process filter, no textconv or diff command), except ``required`` (false, so the missing
+filter is no error) and a merge driver (``false``: git would fail the whole merge on an empty
+command; ``false`` makes that file a conflict, nothing else runs)."""
+_NEEDS_NO_DRIVER = frozenset(
+    {"rev-parse", "update-ref", "commit-tree", "for-each-ref", "check-ref-format", "merge-base",
+     "var", "config"}
+)  # fmt: skip
+"""Commands that never read file contents through a driver: no configuration read first
+(``write-tree`` and ``ls-files`` may refresh the index, which runs clean filters)."""
+
+_TRUSTED: dict[str, dict[str, str]] = {}
+"""The driver keys each repository had when its job started (``drivers_of``), by the
+repository's top level and its common dir. A repository not here trusts no driver at all."""
+
+
+def parse_drivers(listing: str) -> dict[str, str]:
+    """The driver keys of ``git config --list -z`` output (the last value of a key wins)."""
+    found: dict[str, str] = {}
+    for entry in listing.split("\0"):
+        key, _, value = entry.partition("\n")
+        if _DRIVER_KEY.fullmatch(key):
+            found[key] = value
+    return found
+
+
+def trust_drivers(places: Sequence[Path], drivers: Mapping[str, str]) -> None:
+    """Let git run, in the repository at ``places`` (its top level, its common dir), exactly the
+    ``drivers`` the user had configured when the job started; every other one is overridden."""
+    for place in places:
+        _TRUSTED[str(_real(place))] = dict(drivers)
+
+
+def _driver_overrides(now: Mapping[str, str], trusted: Mapping[str, str]) -> list[str]:
+    """``-c`` pairs so that git runs only the trusted drivers: a key defined since the job
+    started is disabled, a user's key changed since is set back to the user's value."""
+    out: list[str] = []
+    for key, value in now.items():
+        if trusted.get(key) == value:
+            continue
+        if key in trusted:
+            out += ["-c", f"{key}={trusted[key]}"]
+        else:
+            out += ["-c", f"{key}={_DISABLED.get(key.rsplit('.', 1)[1], '')}"]
+    return out
+
 
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -151,10 +206,18 @@ async def git(
     runs past ``timeout`` the group (git and anything it started) is killed with SIGKILL and
     reaped before the cancellation (or ``WorktreeError``) goes on."""
     where = tree.flags() if tree is not None else ()
+    drivers: list[str] = []
+    if args and args[0] not in _NEEDS_NO_DRIVER:
+        # the configuration as this very command will read it (includes followed), so a driver
+        # planted in .git/config, an included file or a config.worktree is overridden too
+        listing = await git("config", "--list", "-z", cwd=cwd, env=env, tree=tree, check=False)
+        place = tree.common if tree is not None else _real(cwd)
+        drivers = _driver_overrides(parse_drivers(listing.out), _TRUSTED.get(str(place), {}))
     try:
         proc = await asyncio.create_subprocess_exec(
             "git",
             *SAFE_CONFIG,
+            *drivers,
             *where,
             *args,
             cwd=cwd,
@@ -242,6 +305,7 @@ class GitTree:
 
     git_dir: Path
     work_tree: Path
+    common: Path
 
     def flags(self) -> tuple[str, ...]:
         return (f"--git-dir={self.git_dir}", f"--work-tree={self.work_tree}")
@@ -304,6 +368,9 @@ class JobBase:
     base: str
     head: str | None
     dirty: bool
+    drivers: dict[str, str] = field(default_factory=dict)
+    """The repository's driver keys at the start of the job (``drivers_of``): the only filters,
+    merge and diff drivers threadloom's git runs during the job."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -312,7 +379,13 @@ class JobBase:
             "base": self.base,
             "head": self.head,
             "dirty": self.dirty,
+            "drivers": dict(self.drivers),
         }
+
+    async def trust(self) -> None:
+        """Register ``drivers`` as the repository's trusted ones (a new process resuming,
+        diffing or merging the job calls this with the base read back from the task JSON)."""
+        trust_drivers([self.root, await common_dir(self.root)], self.drivers)
 
 
 async def repo_root(workspace: Path) -> Path:
@@ -341,6 +414,12 @@ async def common_dir(root: Path) -> Path:
     return (path if path.is_absolute() else root / path).resolve()
 
 
+async def drivers_of(root: Path) -> dict[str, str]:
+    """The repository's driver keys as they are now (``git config --list -z``, includes
+    followed; system and global configuration are never read)."""
+    return parse_drivers((await git("config", "--list", "-z", cwd=root, check=False)).out)
+
+
 async def prepare_job(workspace: Path, *, db: Path | None = None) -> JobBase:
     """Check the workspace can be isolated and capture its base, touching nothing of the
     user's: a merge in progress or unmerged paths are refused (``RepoStateError``); a dirty
@@ -349,6 +428,8 @@ async def prepare_job(workspace: Path, *, db: Path | None = None) -> JobBase:
     ``.threadloom/`` and the database ``db`` (with its logs) are never part of it."""
     workspace = _real(workspace)
     root = await repo_root(workspace)
+    drivers = await drivers_of(root)
+    trust_drivers([root, await common_dir(root)], drivers)
     gitdir = Path((await git("rev-parse", "--absolute-git-dir", cwd=root)).out.strip())
     if _exists(gitdir / "MERGE_HEAD"):
         raise RepoStateError(
@@ -371,7 +452,7 @@ async def prepare_job(workspace: Path, *, db: Path | None = None) -> JobBase:
     dirty = bool(status.out) or head is None
     base = head if head and not dirty else await snapshot_tree(root, gitdir, head, excludes)
     rel = workspace.relative_to(root).as_posix() if workspace != root else ""
-    return JobBase(root=root, rel=rel, base=base, head=head, dirty=base != head)
+    return JobBase(root=root, rel=rel, base=base, head=head, dirty=base != head, drivers=drivers)
 
 
 async def snapshot_tree(
@@ -548,7 +629,7 @@ def verify_tree(common: Path, path: Path) -> GitTree | None:
     if cfg.exists() or cfg.is_symlink():
         log.warning("worktree.config_removed", worktree=str(path), file=str(cfg))
         cfg.unlink()
-    return GitTree(git_dir=gitdir, work_tree=_real(path))
+    return GitTree(git_dir=gitdir, work_tree=_real(path), common=_real(common))
 
 
 async def open_tree(root: Path, path: Path) -> GitTree:

@@ -271,3 +271,99 @@ async def test_a_git_past_its_timeout_is_killed_and_reaped(tmp_path: Path, repo:
         assert _gone(pid)
     finally:
         os.close(writer)
+
+
+# ----------------------------------------------------------------- drivers planted in .git/config
+
+
+def _plant_filter(repo: Path, marker: Path, *, process: bool) -> None:
+    """What a plain-runner worker's bash can do: define a filter in the repository's config."""
+    run_git(repo, "config", "filter.y.clean", f"touch {marker}; cat")
+    run_git(repo, "config", "filter.y.smudge", f"touch {marker}; cat")
+    run_git(repo, "config", "filter.y.required", "true")
+    if process:
+        run_git(repo, "config", "filter.y.process", f"touch {marker}")
+
+
+@pytest.mark.parametrize("process", [False, True])
+async def test_a_filter_a_worker_plants_in_the_repository_config_never_runs(
+    tmp_path: Path, repo: Path, process: bool
+) -> None:
+    marker = tmp_path / "filter-ran"
+    _common, path, _base = await new_worktree(repo)
+    _plant_filter(repo, marker, process=process)
+    (path / ".gitattributes").write_text("* filter=y\n")
+    (path / "a.txt").write_text("changed\n")
+    commit = await wt.Checkpointer(path, thread_id="T1", root=repo)(2)
+    assert not marker.exists(), "threadloom's checkpoint ran a filter planted during the job"
+    assert commit is not None and run_git(repo, "show", f"{commit}:a.txt") == "changed\n"
+
+
+async def test_a_filter_named_in_info_attributes_never_runs(tmp_path: Path, repo: Path) -> None:
+    marker = tmp_path / "filter-ran"
+    common, path, _base = await new_worktree(repo)
+    _plant_filter(repo, marker, process=True)
+    (common / "info").mkdir(exist_ok=True)
+    (common / "info" / "attributes").write_text("* filter=y\n")
+    (path / "a.txt").write_text("changed\n")
+    commit = await wt.Checkpointer(path, thread_id="T1", root=repo)(2)
+    assert not marker.exists()
+    assert commit is not None and run_git(repo, "show", f"{commit}:a.txt") == "changed\n"
+
+
+async def test_a_driver_brought_in_by_a_planted_include_never_runs(
+    tmp_path: Path, repo: Path
+) -> None:
+    marker = tmp_path / "filter-ran"
+    _common, path, _base = await new_worktree(repo)
+    extra = tmp_path / "extra.config"
+    extra.write_text(f'[filter "z"]\n\tprocess = touch {marker}\n\tclean = touch {marker}\n')
+    run_git(repo, "config", "include.path", str(extra))
+    run_git(repo, "config", f"includeIf.gitdir:{tmp_path}/.path", str(extra))
+    (path / ".gitattributes").write_text("* filter=z\n")
+    (path / "a.txt").write_text("changed\n")
+    commit = await wt.Checkpointer(path, thread_id="T1", root=repo)(2)
+    assert not marker.exists()
+    assert commit is not None
+
+
+async def test_a_worker_redefining_the_users_filter_gets_the_users_filter(
+    tmp_path: Path, repo: Path
+) -> None:
+    marker = tmp_path / "filter-ran"
+    (repo / ".gitattributes").write_text("*.txt filter=up\n")
+    run_git(repo, "add", ".gitattributes")
+    run_git(repo, "commit", "-q", "-m", "attributes")
+    # the user's own filter, configured before the job: it keeps working in checkpoints
+    run_git(repo, "config", "filter.up.clean", "tr a-z A-Z")
+    _common, path, _base = await new_worktree(repo)
+    (path / "a.txt").write_text("lower\n")
+    first = await wt.Checkpointer(path, thread_id="T1", root=repo)(2)
+    assert first is not None and run_git(repo, "show", f"{first}:a.txt") == "LOWER\n"
+    # the worker rewrites it: threadloom still runs the user's command, not the worker's
+    run_git(repo, "config", "filter.up.clean", f"touch {marker}; cat")
+    (path / "a.txt").write_text("again\n")
+    second = await wt.Checkpointer(path, thread_id="T1", root=repo)(3)
+    assert not marker.exists()
+    assert second is not None and run_git(repo, "show", f"{second}:a.txt") == "AGAIN\n"
+
+
+async def test_a_merge_driver_planted_during_the_job_never_runs(tmp_path: Path, repo: Path) -> None:
+    marker = tmp_path / "driver-ran"
+    base = await wt.prepare_job(repo)
+    common = await wt.common_dir(repo)
+    trees = []
+    for name, text in (("T1", "one\n"), ("T2", "two\n")):
+        path = common / "threadloom" / "worktrees" / name
+        await wt.add_worktree(repo, path, f"threadloom/job/{name}", base.base)
+        (path / "a.txt").write_text(text)
+        assert await wt.Checkpointer(path, thread_id=name, root=repo)(2) is not None
+        trees.append(wt.MergeItem(label=name, branch=f"threadloom/job/{name}"))
+    run_git(repo, "config", "merge.m.driver", f"touch {marker}; exit 0")
+    (repo / ".gitattributes").write_text("* merge=m\n")
+    (common / "info").mkdir(exist_ok=True)
+    (common / "info" / "attributes").write_text("* merge=m\n")
+    report = await wt.merge(repo, trees, into="threadloom/job/merged", start=base.base)
+    assert not marker.exists(), "threadloom's merge ran a merge driver planted during the job"
+    assert [m["ref"] for m in report.merged] == ["T1"]
+    assert [c["ref"] for c in report.conflicts] == ["T2"]
