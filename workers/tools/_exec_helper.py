@@ -17,9 +17,10 @@ group id), and:
   so threadloom reads the same status it would read from the shell).
 """
 
+# not `signal`: its enum import doubles the start-up time
+import _signal as signal  # type: ignore[import-not-found]
 import ctypes
 import os
-import signal
 import sys
 
 PR_SET_PDEATHSIG = 1
@@ -54,6 +55,10 @@ def _kill_everything(*_: object) -> None:
 
 def _sweep() -> None:
     """SIGKILL every descendant, again until none is left (a subreaper inherits the orphans)."""
+    try:  # no child at all means no descendant: orphans are reparented to us
+        os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        return
     me = os.getpid()
     while True:
         pids = _descendants(me)
