@@ -4,7 +4,13 @@ worker, a checkpoint commit per turn that changed files, diffs and merges.
 Everything here runs ``git`` as a subprocess (``asyncio.create_subprocess_exec``, never a shell)
 under configuration threadloom controls: no inherited ``GIT_*`` variable but the identity, no
 system or global config (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL=/dev/null``), and ``-c``
-overrides for every setting that names a program (``SAFE_CONFIG``). A worktree is never found
+overrides for every setting that names a program (``SAFE_CONFIG``). Filter, merge and diff
+drivers (``filter.*.clean|smudge|process|required``, ``merge.*.driver``,
+``diff.*.textconv|command``) are the exception, since the user's own (git-lfs) must keep
+working: the repository's are recorded when the job starts (``JobBase.drivers``), and before
+every command that may run one the configuration is read again (includes followed) and any
+driver key not recorded with that value is overridden with ``-c`` — disabled, or set back to
+the user's command — so a driver a worker planted in ``.git/config`` never runs. A worktree is never found
 through its ``.git`` file: git is given ``--git-dir``/``--work-tree``, the git dir being the one
 git made for it under ``<common dir>/worktrees/``, verified before each use (``verify_tree``: a
 rewritten ``.git`` file is restored with a warning, a ``config.worktree`` removed, an altered
@@ -122,8 +128,9 @@ SAFE_CONFIG = tuple(
 ran git — no hooks (``worktree add`` would run post-checkout), no fsmonitor, pager, editor,
 askpass, credential helper, signing program, external diff, background gc or ``ext::``
 transport; no global attributes file. (System and global configuration are not read at all:
-``git_env``.) The repository's own configuration is the user's and is read, but workers never
-reach it; a worktree's own ``config.worktree`` is removed before threadloom acts on it."""
+``git_env``.) The repository's own configuration is read; a worker without a sandbox can write
+to it, so its drivers are checked on every command (``_driver_overrides``), and a worktree's
+own ``config.worktree`` is removed before threadloom acts on it."""
 
 GIT_TIMEOUT_S = 600.0
 

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator import Orchestrator
+from orchestrator import Orchestrator, _isolation
 from orchestrator import _worktrees as wt
+from orchestrator._isolation import WorkerTree
 from store import Status
 
 IDENTITY = {
@@ -367,3 +368,70 @@ async def test_a_merge_driver_planted_during_the_job_never_runs(tmp_path: Path, 
     assert not marker.exists(), "threadloom's merge ran a merge driver planted during the job"
     assert [m["ref"] for m in report.merged] == ["T1"]
     assert [c["ref"] for c in report.conflicts] == ["T2"]
+
+
+async def test_a_worker_running_bash_plants_a_filter_and_only_the_users_own_filter_runs(
+    tmp_path: Path, repo: Path
+) -> None:
+    """The escape corpus's attack end to end (plain runner): the worker's bash defines filter
+    ``y`` (clean and process) in the repository's config and names it for every file; the
+    user's own upper-casing filter, configured before the job, still applies to checkpoints —
+    also once the job's base is read back from the lead's task JSON by another process."""
+    marker = tmp_path / "planted-filter-ran"
+    (repo / ".gitattributes").write_text("*.up filter=up\n")
+    run_git(repo, "add", ".gitattributes")
+    run_git(repo, "commit", "-q", "-m", "attributes")
+    run_git(repo, "config", "filter.up.clean", "tr a-z A-Z")
+    script = (
+        f"git config filter.y.clean 'touch {marker}; cat'"
+        f" && git config filter.y.process 'touch {marker}'"
+        " && printf '* filter=y\\n*.up filter=up\\n' > .gitattributes"
+        " && echo work > new.txt && echo shout > a.up"
+    )
+    rules = [
+        {"match": "Job: trust", "turns": [{"text": "report"}]},
+        {
+            "match": "(?m)^Task w:",
+            "turns": [
+                {"tool_calls": [{"name": "bash", "input": {"command": script}}]},
+                {"tool_calls": [{"name": "submit_result",
+                                 "input": {"status": "done", "summary": "ok"}}]},
+            ],
+        },
+    ]  # fmt: skip
+    (tmp_path / "trust.json").write_text(json.dumps({"rules": rules}))
+    job = tmp_path / "trust.toml"
+    lines = [
+        "[job]", 'name = "trust"', 'goal = "g"', f"workspace = {json.dumps(str(repo))}",
+        'model = "scripted:trust.json"', 'isolation = "worktree"', 'sandbox = "none"',
+        "[job.worker]", 'tools = ["bash"]', "", "[[task]]", 'id = "w"', 'title = "W"',
+        'prompt = "go"',
+    ]  # fmt: skip
+    job.write_text("\n".join(lines) + "\n")
+    orch = await Orchestrator.open(str(tmp_path / "threads.db"))
+    try:
+        outcome = await orch.run_job(job)
+        assert outcome.status == Status.DONE, outcome.error
+        # the worker's own git add (inside its bash) is its business; threadloom's ran nothing
+        assert not marker.exists(), "threadloom's checkpoint ran the worker's filter"
+        w = await orch.store.get_thread(outcome.workers[0].ref[2:])
+        cps = await orch.store.checkpoints_of(w.id)
+        assert cps, "the turn's files were not checkpointed"
+        commit = cps[-1][1]
+        assert run_git(repo, "show", f"{commit}:new.txt") == "work\n"
+        assert run_git(repo, "show", f"{commit}:a.up") == "SHOUT\n"
+        lead = await orch.store.get_thread(w.job_id)
+        assert lead.task is not None
+        assert lead.task["isolation"]["drivers"] == {"filter.up.clean": "tr a-z A-Z"}
+        # another process: nothing registered until the base is read back from the task JSON
+        wt._TRUSTED.clear()
+        base = await _isolation.job_base(lead)
+        assert base is not None and base.drivers == {"filter.up.clean": "tr a-z A-Z"}
+        tree = WorkerTree.of(w)
+        assert tree is not None
+        (tree.path / "a.up").write_text("again\n")
+        again = await wt.Checkpointer(tree.path, thread_id=w.id, root=repo)(99)
+        assert again is not None and run_git(repo, "show", f"{again}:a.up") == "AGAIN\n"
+        assert not marker.exists()
+    finally:
+        await orch.close()
