@@ -29,6 +29,7 @@ from store import (
     DatabaseError,
     Kind,
     LeaseHeld,
+    LeaseLost,
     Message,
     NewMessage,
     Result,
@@ -179,6 +180,8 @@ class _Run:
     cutoffs: int = 0
     result: Result | None = None
     final_text: str = ""
+    owner: str | None = None  # the lease holder every append is checked against
+    lease_lost: bool = False  # another runner owns the thread now: write nothing more
 
     def emit(self, kind: str, **kw: Any) -> None:
         if self.on_event is not None:
@@ -263,6 +266,7 @@ async def run_thread(
         title=info.title,
         after_tools=after_tools,
     )
+    run.owner = me
     bound = structlog.contextvars.bound_contextvars(
         thread=info.ref, job=format_ref(info.job_id), task=run.task_key
     )
@@ -272,7 +276,7 @@ async def run_thread(
         # inside the try: a cancellation that lands just after the lease was written must
         # still release it (the write itself is finished even if we are cancelled)
         await _acquire(store, info.ref, thread_id, me, cfg.lease_ttl_s)
-        renewer = asyncio.create_task(_renew(store, thread_id, me, cfg.lease_ttl_s))
+        renewer = asyncio.create_task(_renew(run, cfg.lease_ttl_s, asyncio.current_task()))
         try:
             await store.set_status(thread_id, Status.RUNNING)
         except asyncio.CancelledError:
@@ -280,7 +284,14 @@ async def run_thread(
             raise
         run.emit("started", status=Status.RUNNING)
         log.info("thread.started", kind=str(info.kind), model=model.spec)
-        return await _drive(run)
+        try:
+            return await _drive(run)
+        except asyncio.CancelledError:
+            # cancelled by the renewer because the lease was lost (and by nobody else)
+            task = asyncio.current_task()
+            if run.lease_lost and task is not None and task.uncancel() == 0:
+                raise LeaseLost(f"{info.ref}: {me} lost its lease; the run stopped", None) from None
+            raise
     finally:
         if renewer is not None:
             renewer.cancel()
@@ -311,11 +322,22 @@ async def _interrupt_if_running(store: Store, thread_id: str) -> None:
         pass  # it never started running: nothing to mark
 
 
-async def _renew(store: Store, thread_id: str, owner: str, ttl: float) -> None:
+async def _renew(run: _Run, ttl: float, runner: asyncio.Task[Any] | None) -> None:
+    """Keep the lease; when it cannot be renewed (another runner took it) stop the run at
+    once: it must write nothing more (its appends would be refused anyway)."""
+    assert run.owner is not None
     while True:
         await asyncio.sleep(ttl / 3)
-        if not await store.renew_lease(thread_id, owner, ttl_s=ttl):
-            log.warning("lease.lost", thread=format_ref(thread_id))
+        try:
+            held = await run.store.renew_lease(run.thread_id, run.owner, ttl_s=ttl)
+        except Exception as exc:  # the database hiccuped: try again; appends check the lease
+            log.warning("lease.renew_failed", error=str(exc))
+            continue
+        if not held:
+            log.warning("lease.lost", thread=format_ref(run.thread_id))
+            run.lease_lost = True
+            if runner is not None:
+                runner.cancel()
             return
 
 
@@ -327,6 +349,11 @@ async def _drive(run: _Run) -> RunOutcome:
             if run.message is not None:
                 await _store(run, NewMessage.user(run.message))
             return await _turns(run)
+    except LeaseLost:
+        # another runner owns the thread now: it writes the status, not us
+        run.lease_lost = True
+        log.warning("lease.lost", thread=format_ref(run.thread_id))
+        raise
     except TimeoutError:
         return await finish_uncancelled(_end_timed_out(run))
     except BudgetExhausted as exc:
@@ -353,7 +380,13 @@ async def _drive(run: _Run) -> RunOutcome:
 
 
 async def _end_interrupted(run: _Run) -> None:
-    await _answer_orphans(run, replay=False)
+    if run.lease_lost:
+        return  # the thread is another runner's now
+    try:
+        await _answer_orphans(run, replay=False)
+    except LeaseLost:
+        run.lease_lost = True
+        return
     await _finish(run, Status.INTERRUPTED, error="interrupted")
 
 
@@ -385,7 +418,7 @@ async def _answer_orphans(run: _Run, *, replay: bool = True) -> None:
 async def _store(run: _Run, msg: NewMessage, *, usage: UsageRecord | None = None) -> list[Message]:
     """Append to the thread and to the run's copy of its history (read once, at the start: the
     run owns the thread through its lease, so nobody else appends meanwhile)."""
-    stored = await run.store.append(run.thread_id, msg, usage=usage)
+    stored = await run.store.append(run.thread_id, msg, usage=usage, lease_owner=run.owner)
     run.history.extend(stored)
     return stored
 

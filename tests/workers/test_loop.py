@@ -12,6 +12,7 @@ import pytest
 from store import (
     Kind,
     LeaseHeld,
+    LeaseLost,
     NewMessage,
     Status,
     Store,
@@ -440,3 +441,46 @@ async def test_a_second_cancellation_a_few_steps_after_the_first_still_ends_inte
         uses = [b.id for m in msgs for b in m.content if isinstance(b, ToolUseBlock)]
         answers = [b.tool_use_id for m in msgs for b in m.content if isinstance(b, ToolResultBlock)]
         assert len(uses) == 2 and sorted(uses) == sorted(answers), gap
+
+
+async def _two_runners(store: Store, workspace: Path, *, ttl: float, release: bool) -> None:
+    # issue 9 item 12: runner A is mid-tool when runner B takes its lease over; A must write
+    # nothing after that (no tool result, no status) and B carries the thread on
+    tid = await new_worker(store)
+    started, go = workspace / "started", workspace / "go"
+    wait = f"touch {started}; while [ ! -e {go} ]; do sleep 0.02; done; echo A-ran"
+    model = scripted(tool_response(("bash", {"command": wait})), submit())
+    a = asyncio.create_task(
+        run(store, tid, model, workspace, owner="A", config=LoopConfig(lease_ttl_s=ttl))
+    )
+    while not started.exists():
+        await asyncio.sleep(0.01)
+    before = await store.messages(tid)
+    await store.acquire_lease(tid, "B", ttl_s=60, replace="A")
+    if release:
+        go.touch()  # A's tool ends now and A tries to store its result
+    with pytest.raises(LeaseLost):
+        await a
+    go.touch()
+    assert await store.messages(tid) == before  # nothing of A's after the takeover
+    assert (await store.get_thread(tid)).status == Status.RUNNING  # A wrote no status either
+    outcome = await run(store, tid, model, workspace, owner="B")
+    assert outcome.status == Status.DONE
+    msgs = await store.messages(tid)
+    uses = [b.id for m in msgs for b in m.content if isinstance(b, ToolUseBlock)]
+    answers = [b for m in msgs for b in m.content if isinstance(b, ToolResultBlock)]
+    assert sorted(uses) == sorted(b.tool_use_id for b in answers)
+    assert answers[0].text == INTERRUPTED_RESULT  # B answered A's call; A's output never landed
+    assert not any("A-ran" in b.text for b in answers)
+
+
+async def test_a_runner_whose_lease_was_taken_over_stops_before_its_next_append(
+    store: Store, workspace: Path
+) -> None:
+    await _two_runners(store, workspace, ttl=3600, release=True)
+
+
+async def test_a_runner_whose_lease_cannot_be_renewed_stops_at_once(
+    store: Store, workspace: Path
+) -> None:
+    await _two_runners(store, workspace, ttl=0.3, release=False)
