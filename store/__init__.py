@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._db import Database, database_url, finish_uncancelled
     from ._ids import ThreadRef, format_ref, new_id
+    from ._liveness import owner_is_dead
     from ._models import (
         CONTENT_ADAPTER,
         TERMINAL_STATUSES,
@@ -107,6 +108,7 @@ _WHERE = {
     "finish_uncancelled": "._db",
     "format_ref": "._ids",
     "new_id": "._ids",
+    "owner_is_dead": "._liveness",
     "parse_transcript": "._transcript",
     "redact": "._redact",
     "redact_data": "._redact",
@@ -165,6 +167,7 @@ __all__ = [
     "finish_uncancelled",
     "format_ref",
     "new_id",
+    "owner_is_dead",
     "parse_transcript",
     "redact",
     "redact_data",

@@ -43,6 +43,7 @@ from store import (
     UsageRecord,
     finish_uncancelled,
     format_ref,
+    owner_is_dead,
 )
 
 from ._protocol import Model, ModelResponse, ToolSpec
@@ -123,35 +124,6 @@ class RunOutcome:
 def runner_id() -> str:
     """``host:pid:nonce`` — enough to tell, on the same host, whether the runner still lives."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def owner_is_dead(owner: str | None) -> bool:
-    """True when ``owner`` is a runner of this host whose process no longer exists (it was
-    killed): its lease need not be waited out. Runners on other hosts are never presumed dead."""
-    if not owner:
-        return False
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return _is_zombie(pid)
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            return fh.read().rsplit(")", 1)[-1].split()[0] == "Z"
-    except OSError:
-        return False
 
 
 @dataclass
