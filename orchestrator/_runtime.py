@@ -286,31 +286,29 @@ class JobRuntime:
                 if refuse_held:
                     raise  # a resume of a thread that runs elsewhere: refused, nothing appended
                 log.warning("worker.held_elsewhere", thread=info.ref)
-                latest = await self.store.get_thread(info.id)
-                return RunOutcome(
-                    thread_id=info.id,
-                    status=latest.status,
-                    result=latest.result,
-                    final_text="",
-                    turns=0,
-                    usage=await self.store.thread_usage(info.id),
-                    error=f"{info.ref} is being run by another runner",
-                )
+                # the other runner owns the thread and its dispatch row now: report, don't touch
+                return await self._as_stored(info, f"{info.ref} is being run by another runner")
             except Exception as exc:
                 log.warning("worker.crashed", thread=info.ref, error=str(exc))
-                latest = await self.store.get_thread(info.id)
-                outcome = RunOutcome(
-                    thread_id=info.id,
-                    status=latest.status,
-                    result=latest.result,
-                    final_text="",
-                    turns=0,
-                    usage=await self.store.thread_usage(info.id),
-                    error=str(exc),
-                    exception=exc,
-                )
+                outcome = await self._as_stored(info, str(exc), exc)
             await self.store.set_dispatch_status(info.id, str(outcome.status))
             return outcome
+
+    async def _as_stored(
+        self, info: ThreadInfo, error: str, exception: BaseException | None = None
+    ) -> RunOutcome:
+        """The outcome of a run that raised instead of ending: whatever the store now says."""
+        latest = await self.store.get_thread(info.id)
+        return RunOutcome(
+            thread_id=info.id,
+            status=latest.status,
+            result=latest.result,
+            final_text="",
+            turns=0,
+            usage=await self.store.thread_usage(info.id),
+            error=error,
+            exception=exception,
+        )
 
     # ------------------------------------------------------------------ creating threads
 
