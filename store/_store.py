@@ -693,11 +693,14 @@ class Store:
         error: str | None = None,
         result: Result | None = None,
         expect: Iterable[Status] | None = None,
+        lease_owner: str | None = None,
     ) -> ThreadInfo:
         """Move a thread to ``status`` along the state machine. Writing the terminal status a
         thread already has is a no-op (idempotent); the write completes even if the caller is
         cancelled meanwhile. ``expect`` refuses the change unless the current status is one of
-        those (compare-and-set)."""
+        those (compare-and-set). With ``lease_owner`` the update itself requires that runner
+        to hold a live lease (in its WHERE clause: atomic against a takeover) and raises
+        ``LeaseLost``, writing nothing, when it does not."""
         from ._redact import redact
 
         status = Status(status)
@@ -724,7 +727,15 @@ class Store:
                 values["error"] = None if error is None else redact(error)
             if result is not None:
                 values["result"] = result.model_dump(mode="json", exclude_none=True)
-            await conn.execute(threads.update().where(threads.c.id == thread_id).values(**values))
+            where = [threads.c.id == thread_id]
+            if lease_owner is not None:
+                where += [threads.c.lease_owner == lease_owner, threads.c.lease_expires_at > now]
+            done = await conn.execute(threads.update().where(*where).values(**values))
+            if lease_owner is not None and done.rowcount == 0:
+                raise LeaseLost(
+                    f"{info.ref}: {lease_owner} no longer holds the lease; status not written",
+                    info.lease_owner,
+                )
             return await self._thread(conn, thread_id)
 
         write = self._write(fn, where="setting a status")

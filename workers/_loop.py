@@ -359,7 +359,10 @@ async def _end_interrupted(run: _Run) -> None:
     except LeaseLost:
         run.lease_lost = True
         return
-    await _finish(run, Status.INTERRUPTED, error="interrupted")
+    try:
+        await _finish(run, Status.INTERRUPTED, error="interrupted")
+    except LeaseLost:
+        run.lease_lost = True
 
 
 async def _end_timed_out(run: _Run) -> RunOutcome:
@@ -605,8 +608,11 @@ async def _finish(
             }
         )
 
+    # the lease is checked in the same write: a runner that lost it writes no status
     await finish_uncancelled(
-        run.store.set_status(run.thread_id, status, error=error, result=result)
+        run.store.set_status(
+            run.thread_id, status, error=error, result=result, lease_owner=run.owner
+        )
     )
     run.emit("finished", status=status, detail=error or "")
     log.info("thread.finished", status=str(status), turns=run.turns, error=error)

@@ -40,3 +40,25 @@ async def test_an_expired_lease_fails_alone_in_a_group_commit(store: Store) -> N
     assert not isinstance(kept, BaseException) and kept[0].seq == 2
     assert len(await store.messages(a.id)) == 1
     assert len(await store.messages(b.id)) == 2
+
+
+async def test_a_status_write_by_a_runner_that_lost_its_lease_writes_nothing(
+    store: Store,
+) -> None:
+    info = await store.create_thread(
+        kind=Kind.WORKER, status=Status.QUEUED, messages=[NewMessage.user("go")]
+    )
+    await store.acquire_lease(info.id, "A", ttl_s=60)
+    await store.set_status(info.id, Status.RUNNING, lease_owner="A")
+    await store.acquire_lease(info.id, "B", ttl_s=60, replace="A")  # B took the thread over
+    with pytest.raises(LeaseLost):
+        await store.set_status(info.id, Status.DONE, lease_owner="A")
+    raw = await store.db.read(lambda c: store._thread(c, info.id), where="test")
+    assert raw.status == Status.RUNNING and raw.lease_owner == "B"
+    # an expired lease is lost too, even while nobody has taken it yet
+    await store.acquire_lease(info.id, "B", ttl_s=-1)
+    with pytest.raises(LeaseLost):
+        await store.set_status(info.id, Status.FAILED, error="late", lease_owner="B")
+    await store.acquire_lease(info.id, "C", ttl_s=60)
+    done = await store.set_status(info.id, Status.DONE, lease_owner="C")
+    assert done.status == Status.DONE
