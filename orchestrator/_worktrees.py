@@ -10,13 +10,13 @@ drivers (``filter.*.clean|smudge|process|required``, ``merge.*.driver``,
 working: the repository's are recorded when the job starts (``JobBase.drivers``), and before
 every command that may run one the configuration is read again (includes followed) and any
 driver key not recorded with that value is overridden with ``-c`` — disabled, or set back to
-the user's command — so a driver a worker planted in ``.git/config`` never runs. A worktree is never found
-through its ``.git`` file: git is given ``--git-dir``/``--work-tree``, the git dir being the one
-git made for it under ``<common dir>/worktrees/``, verified before each use (``verify_tree``: a
-rewritten ``.git`` file is restored with a warning, a ``config.worktree`` removed, an altered
-``commondir`` refused). Every git runs in its own process group, killed and reaped when the call
-is cancelled or times out. Base commits and checkpoints never capture ``.threadloom/`` or the
-database and its logs (``capture_excludes``).
+the user's command — so a driver a worker planted in ``.git/config`` never runs. A worktree is
+never found through its ``.git`` file: git is given ``--git-dir``/``--work-tree``, the git dir
+being the one git made for it under ``<common dir>/worktrees/``, verified before each use
+(``verify_tree``: a rewritten ``.git`` file is restored with a warning, a ``config.worktree``
+removed, an altered ``commondir`` refused). Every git runs in its own process group, killed and
+reaped when the call is cancelled or times out. Base commits and checkpoints never capture
+``.threadloom/`` or the database and its logs (``capture_excludes``).
 What it never does: touch the user's index, HEAD, working tree or checked-out
 branch. The user's uncommitted work is captured with a temporary index (``GIT_INDEX_FILE``);
 merges are computed with ``git merge-tree --write-tree`` (git 2.38+), which needs no working tree
