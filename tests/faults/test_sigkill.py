@@ -204,12 +204,13 @@ def test_sigkill_at_random_moments_never_loses_a_reported_message_nor_reruns_a_t
     n, s = trials(), seed()
     rng = random.Random(s)
     # one trial in ten is killed during start-up (seconds from the process start); the others
-    # after a random number of stored turns (with at least three worker turns and the lead's
-    # report still to come, so a loaded machine cannot finish the job first) plus up to 10 ms
+    # after a random number of stored turns — at least one, so the job exists, and with at least
+    # three worker turns and the lead's report still to come, so a loaded machine cannot finish
+    # the job first — plus up to 10 ms
     plan: list[tuple[float, int | None]] = [
         (rng.uniform(0.05, 1.5), None)
         if rng.random() < 0.1
-        else (rng.uniform(0.0, 0.01), rng.randrange(0, WORKER_TURNS - 3))
+        else (rng.uniform(0.0, 0.01), rng.randrange(1, WORKER_TURNS - 3))
         for _ in range(n)
     ]
     with ThreadPoolExecutor(max_workers=2) as pool:
