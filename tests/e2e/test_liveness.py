@@ -45,17 +45,19 @@ def test_a_killed_runs_threads_read_interrupted_everywhere_at_once(env: Env) -> 
     assert {t["status"] for t in env.run("--json", "ls").json} == {"done"}
 
 
+def _running_worker(env: Env) -> dict[str, object]:
+    running = env.run("--json", "ls", "--kind", "worker", "--status", "running").json
+    assert running, "no worker is running"
+    return running[0]  # type: ignore[no-any-return]
+
+
 def test_resuming_a_thread_that_runs_elsewhere_is_refused_exit_2_and_appends_nothing(
     env: Env,
 ) -> None:
     proc = start(env, "run", str(crashable_job(env, "held")))
     try:
         wait_for(lambda: len(surviving_sleepers()) == 2, proc)
-        busy = next(
-            t
-            for t in env.run("--json", "ls", "--kind", "worker", "--status", "running").json
-            if t["status"] == "running"
-        )
+        busy = _running_worker(env)
         before = env.run("--json", "show", busy["ref"]).json["messages"]
         res = env.run("resume", busy["ref"], "do something else")
         assert res.code == 2, (res.code, res.stderr)
@@ -75,11 +77,7 @@ def test_fork_of_a_running_thread_forks_at_its_last_turn_boundary(env: Env) -> N
     proc = start(env, "run", str(crashable_job(env, "forkrun")))
     try:
         wait_for(lambda: len(surviving_sleepers()) == 2, proc)
-        busy = next(
-            t
-            for t in env.run("--json", "ls", "--kind", "worker", "--status", "running").json
-            if t["status"] == "running"
-        )
+        busy = _running_worker(env)
         shown = env.run("--json", "show", busy["ref"]).json
         head = len(shown["messages"])
         assert any(b["type"] == "tool_use" for b in shown["messages"][-1]["content"])

@@ -164,40 +164,7 @@ async def test_a_worker_running_bash_rewrites_its_dot_git_and_the_checkpoint_sti
         f" && printf 'gitdir: {evil}/.git\\n' > .git && echo '* filter=evil' > .gitattributes"
         " && echo work > new.txt"
     )
-    rules = [
-        {"match": "Job: trust", "turns": [{"text": "report"}]},
-        {
-            "match": "(?m)^Task w:",
-            "turns": [
-                {"tool_calls": [{"name": "bash", "input": {"command": script}}]},
-                {"tool_calls": [{"name": "submit_result",
-                                 "input": {"status": "done", "summary": "ok"}}]},
-            ],
-        },
-    ]  # fmt: skip
-    (tmp_path / "trust.json").write_text(json.dumps({"rules": rules}))
-    job = tmp_path / "trust.toml"
-    job.write_text(
-        "\n".join(
-            [
-                "[job]",
-                'name = "trust"',
-                'goal = "g"',
-                f"workspace = {json.dumps(str(repo))}",
-                'model = "scripted:trust.json"',
-                'isolation = "worktree"',
-                'sandbox = "none"',
-                "[job.worker]",
-                'tools = ["bash"]',
-                "",
-                "[[task]]",
-                'id = "w"',
-                'title = "W"',
-                'prompt = "go"',
-            ]
-        )
-        + "\n"
-    )
+    job = _bash_job(tmp_path, repo, script)
     orch = await Orchestrator.open(str(tmp_path / "threads.db"))
     try:
         outcome = await orch.run_job(job)
@@ -388,26 +355,7 @@ async def test_a_worker_running_bash_plants_a_filter_and_only_the_users_own_filt
         " && printf '* filter=y\\n*.up filter=up\\n' > .gitattributes"
         " && echo work > new.txt && echo shout > a.up"
     )
-    rules = [
-        {"match": "Job: trust", "turns": [{"text": "report"}]},
-        {
-            "match": "(?m)^Task w:",
-            "turns": [
-                {"tool_calls": [{"name": "bash", "input": {"command": script}}]},
-                {"tool_calls": [{"name": "submit_result",
-                                 "input": {"status": "done", "summary": "ok"}}]},
-            ],
-        },
-    ]  # fmt: skip
-    (tmp_path / "trust.json").write_text(json.dumps({"rules": rules}))
-    job = tmp_path / "trust.toml"
-    lines = [
-        "[job]", 'name = "trust"', 'goal = "g"', f"workspace = {json.dumps(str(repo))}",
-        'model = "scripted:trust.json"', 'isolation = "worktree"', 'sandbox = "none"',
-        "[job.worker]", 'tools = ["bash"]', "", "[[task]]", 'id = "w"', 'title = "W"',
-        'prompt = "go"',
-    ]  # fmt: skip
-    job.write_text("\n".join(lines) + "\n")
+    job = _bash_job(tmp_path, repo, script)
     orch = await Orchestrator.open(str(tmp_path / "threads.db"))
     try:
         outcome = await orch.run_job(job)
@@ -435,3 +383,28 @@ async def test_a_worker_running_bash_plants_a_filter_and_only_the_users_own_filt
         assert not marker.exists()
     finally:
         await orch.close()
+
+
+def _bash_job(tmp_path: Path, repo: Path, script: str) -> Path:
+    """A worktree job (plain runner) whose one worker runs ``script`` in bash, then submits."""
+    rules = [
+        {"match": "Job: trust", "turns": [{"text": "report"}]},
+        {
+            "match": "(?m)^Task w:",
+            "turns": [
+                {"tool_calls": [{"name": "bash", "input": {"command": script}}]},
+                {"tool_calls": [{"name": "submit_result",
+                                 "input": {"status": "done", "summary": "ok"}}]},
+            ],
+        },
+    ]  # fmt: skip
+    (tmp_path / "trust.json").write_text(json.dumps({"rules": rules}))
+    job = tmp_path / "trust.toml"
+    lines = [
+        "[job]", 'name = "trust"', 'goal = "g"', f"workspace = {json.dumps(str(repo))}",
+        'model = "scripted:trust.json"', 'isolation = "worktree"', 'sandbox = "none"',
+        "[job.worker]", 'tools = ["bash"]', "", "[[task]]", 'id = "w"', 'title = "W"',
+        'prompt = "go"',
+    ]  # fmt: skip
+    job.write_text("\n".join(lines) + "\n")
+    return job
