@@ -38,7 +38,7 @@ from workers import (
 from ._isolation import record_job_base, start_job
 from ._jobfile import JobSpec, load_job
 from ._reading import DEFAULT_MAX_CHARS, Mode, Page, read_page
-from ._runtime import JobRuntime, ModelFactory, create_lead, job_of
+from ._runtime import JobRuntime, ModelFactory, ModelKey, create_lead, job_of, model_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +86,9 @@ class JobOutcome:
 class Orchestrator:
     """Runs jobs and threads over one store. ``on_event`` receives every thread's progress;
     ``env`` is extra environment for the workers' ``bash`` (secret-named variables are never
-    passed on). ``model_factory`` turns a model spec into a ``Model`` (default
-    ``workers.make_model``): the seam for a caller that builds its providers itself — other
-    credentials, a proxy, test servers."""
+    passed on). ``model_factory`` turns a model spec (and the job's ``max_tokens``/``timeout``
+    keywords, when it sets them) into a ``Model`` (default ``workers.make_model``): the seam for
+    a caller that builds its providers itself — other credentials, a proxy, test servers."""
 
     def __init__(
         self,
@@ -130,12 +130,16 @@ class Orchestrator:
         # Everything that can be checked before anything is stored: every model the job names
         # is built now (a scripted file is read and compiled, a provider's key is looked up),
         # so a bad one is exit 2 with nothing stored, never a lead left queued.
-        wanted = [spec.lead_model, spec.resolve_spec(spec.worker_model or spec.model)]
-        wanted += [spec.model_for(t) for t in spec.tasks]
-        models: dict[str, Model] = {}
+        lead_options, worker_options = (spec.model_options(worker=w) for w in (False, True))
+        wanted = [(spec.lead_model, lead_options)]
+        wanted.append((spec.resolve_spec(spec.worker_model or spec.model), worker_options))
+        wanted += [(spec.model_for(t), worker_options) for t in spec.tasks]
+        models: dict[ModelKey, Model] = {}
         try:
-            for name in dict.fromkeys(wanted):
-                models[name] = self._make_model(name)
+            for name, options in wanted:
+                key = model_key(name, options)
+                if key not in models:
+                    models[key] = self._make_model(name, **options)
         except BaseException:
             for built in models.values():
                 await built.aclose()
@@ -224,9 +228,9 @@ class Orchestrator:
 
     # ------------------------------------------------------------------ internals
 
-    def _make_model(self, spec: str) -> Model:
+    def _make_model(self, spec: str, **options: Any) -> Model:
         parse_model_spec(spec)
-        return (self.model_factory or make_model)(spec)
+        return (self.model_factory or make_model)(spec, **options)
 
     def _runtime(self, job: JobSpec, lead_id: str) -> JobRuntime:
         return JobRuntime(

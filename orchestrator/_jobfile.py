@@ -43,6 +43,9 @@ class WorkerDefaults(_Strict):
     tools: list[str] = Field(default_factory=lambda: list(DEFAULT_WORKER_TOOLS))
     # the workers' bash sandbox; None: the job's ``sandbox``
     sandbox: Literal["auto", "required", "none"] | None = None
+    # the workers' (and readers') model-call knobs; None: the job's value
+    max_output_tokens: int | None = Field(None, ge=1)
+    request_timeout_s: float | None = Field(None, gt=0, allow_inf_nan=False)
 
     _tools = field_validator("tools")(_check_tools)
 
@@ -77,6 +80,10 @@ class JobSpec(_Strict):
     # bash under bubblewrap: "auto" (when installed), "required" (refuse without), "none"
     sandbox: Literal["auto", "required", "none"] = "auto"
     network: bool = False  # whether sandboxed commands may use the network
+    # per model call: the reply's token ceiling and the HTTP timeout of one attempt (retries
+    # have their own); None: the provider's default (README §Job file)
+    max_output_tokens: int | None = Field(None, ge=1)
+    request_timeout_s: float | None = Field(None, gt=0, allow_inf_nan=False)
     worker: WorkerDefaults = Field(default_factory=WorkerDefaults)
     tasks: list[TaskSpec] = Field(default_factory=list)
     # where the file was: relative paths (workspace, scripted model files) resolve against it
@@ -106,10 +113,26 @@ class JobSpec(_Strict):
     def model_for(self, task: TaskSpec) -> str:
         return self.resolve_spec(task.model or self.worker_model or self.model)
 
+    def model_options(self, *, worker: bool) -> dict[str, Any]:
+        """The provider constructor's keywords (``max_tokens``, ``timeout``) for the lead's
+        model, or (``worker``) the workers' and readers' (``[job.worker]`` values, defaulting
+        to ``[job]``'s). Only the knobs that are set: an unset one is the provider's default."""
+        tokens, timeout = self.max_output_tokens, self.request_timeout_s
+        if worker:
+            tokens = self.worker.max_output_tokens or tokens
+            timeout = self.worker.request_timeout_s or timeout
+        options: dict[str, Any] = {}
+        if tokens is not None:
+            options["max_tokens"] = tokens
+        if timeout is not None:
+            options["timeout"] = timeout
+        return options
+
 
 def load_job(path: str | Path, **overrides: Any) -> JobSpec:
     """Parse and validate a job file; ``overrides`` (model, worker_model, max_parallel,
-    budget_tokens) replace the file's values, as the CLI flags do."""
+    budget_tokens, max_output_tokens, request_timeout_s) replace the file's ``[job]`` values, as
+    the CLI flags do (``[job.worker]`` values still win for the workers)."""
     p = Path(path)
     try:
         text = p.read_text("utf-8")
@@ -187,6 +210,8 @@ FLAG_NAMES = {
     "worker_model": "--worker-model",
     "max_parallel": "--max-parallel",
     "budget_tokens": "--budget-tokens",
+    "max_output_tokens": "--max-output-tokens",
+    "request_timeout_s": "--request-timeout",
 }
 """The ``run`` flag that sets each overridable key: an error in its value names the flag."""
 

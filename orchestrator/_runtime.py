@@ -67,8 +67,19 @@ MERGE_TOOL = "merge"  # lead tool of worktree jobs only
 READER_TOOLS = ("read_thread",)
 
 
-ModelFactory = Callable[[str], Model]
-"""A model spec string → a ``Model`` (``workers.make_model`` unless a caller brings its own)."""
+ModelFactory = Callable[..., Model]
+"""``factory(spec, **options)`` → a ``Model`` (``workers.make_model`` unless a caller brings its
+own). ``options`` are the provider constructor's keywords the job sets — ``max_tokens`` and
+``timeout`` (``JobSpec.model_options``) — and only those: a job that sets neither calls
+``factory(spec)``, so a one-argument factory keeps working."""
+
+ModelKey = tuple[str, tuple[tuple[str, Any], ...]]
+"""One built model per spec *and* options: the lead and the workers may share a spec but not
+their knobs."""
+
+
+def model_key(spec: str, options: dict[str, Any]) -> ModelKey:
+    return spec, tuple(sorted(options.items()))
 
 
 def task_message(task_id: str, title: str, prompt: str) -> str:
@@ -109,8 +120,8 @@ class JobRuntime:
     env: dict[str, str] | None = None
     spawned: list[str] = field(default_factory=list)
     model_factory: ModelFactory = make_model
-    """Builds a ``Model`` from a spec, once per spec and job run."""
-    _models: dict[str, Model] = field(default_factory=dict)
+    """Builds a ``Model`` from a spec and options, once per both and job run."""
+    _models: dict[ModelKey, Model] = field(default_factory=dict)
     _sem: asyncio.Semaphore | None = None
     _sandbox: SandboxSettings | None = None
     _isolation: Isolation | None = None
@@ -122,12 +133,16 @@ class JobRuntime:
             self._sem = asyncio.Semaphore(self.job.max_parallel)
         return self._sem
 
-    def model(self, spec: str) -> Model:
-        if spec not in self._models:
-            self._models[spec] = self.model_factory(spec)
-        return self._models[spec]
+    def model(self, spec: str, *, worker: bool = False) -> Model:
+        """The model for ``spec`` with the lead's knobs, or (``worker``) the workers' — which
+        readers get too: they run on the workers' model."""
+        options = self.job.model_options(worker=worker)
+        key = model_key(spec, options)
+        if key not in self._models:
+            self._models[key] = self.model_factory(spec, **options)
+        return self._models[key]
 
-    def adopt_models(self, models: dict[str, Model]) -> None:
+    def adopt_models(self, models: dict[ModelKey, Model]) -> None:
         """Models built (and so validated) before the job was stored: used, and closed, here."""
         self._models.update(models)
 
@@ -248,7 +263,7 @@ class JobRuntime:
         outcome = await run_thread(
             self.store,
             info.id,
-            model=self.model(spec),
+            model=self.model(spec, worker=info.kind != Kind.LEAD),
             tools=tools,
             workspace=workspace,
             config=cfg,
