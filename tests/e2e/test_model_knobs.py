@@ -1,0 +1,167 @@
+"""The model-call knobs end to end: ``max_output_tokens`` and ``request_timeout_s`` (and their
+``run`` flags) reach the request each provider sends — for the lead, its workers, its readers,
+and a resumed or forked thread of the job — through the real ``threadloom`` command and the
+loopback fake APIs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.conftest import Env, submit
+from tests.fakes.chat_api import FakeChatAPI
+from tests.fakes.messages_api import FakeMessagesAPI, scripted_responder
+
+TASKS = [{"id": "a", "title": "A", "prompt": "look at a"}]
+
+
+def first_user_text(request: dict[str, Any]) -> str:
+    for message in request["messages"]:
+        if message["role"] == "user":
+            content = message["content"]
+            if isinstance(content, list):
+                return "".join(b.get("text", "") for b in content if isinstance(b, dict))
+            return str(content)
+    return ""
+
+
+def who(request: dict[str, Any]) -> str:
+    """Which thread sent a request, by its first user message (SPEC: each kind's opening)."""
+    text = first_user_text(request)
+    if text.startswith("Job: "):
+        return "lead"
+    if text.startswith("Task a:"):
+        return "worker"
+    if text.startswith("Thread to read:"):
+        return "reader"
+    raise AssertionError(f"a request from an unknown thread: {text[:80]!r}")
+
+
+def chat_responder(request: dict[str, Any]) -> dict[str, Any]:
+    """The lead asks a reader about its worker once, then reports; the worker submits; the
+    reader answers in text."""
+    kind = who(request)
+    if kind == "worker":
+        call = submit("a looked at")["tool_calls"][0]
+        return {"tool_calls": [{"name": call["name"], "arguments": call["input"]}]}
+    if kind == "reader":
+        return {"content": "The worker looked at a and submitted."}
+    tool_results = [m for m in request["messages"] if m["role"] == "tool"]
+    if len(tool_results) == 1 and request["messages"][-1]["role"] == "tool":
+        found = re.search(r"T-[0-9A-Za-z]{6,}", tool_results[0]["content"])
+        assert found, tool_results[0]["content"]
+        question = {"ref": found.group(0), "question": "What did the worker do?"}
+        return {"tool_calls": [{"name": "ask_thread", "arguments": question}]}
+    return {"content": "the report"}
+
+
+def openai_job(env: Env, api: FakeChatAPI, name: str, *, extra: str = "", worker: str = "") -> Path:
+    return env.job(name, [], TASKS, model=f"openai:m@{api.base_url}", extra=extra, worker=worker)
+
+
+def max_tokens_by_thread(requests: list[dict[str, Any]]) -> dict[str, set[int]]:
+    seen: dict[str, set[int]] = {}
+    for request in requests:
+        seen.setdefault(who(request), set()).add(request["max_tokens"])
+    return seen
+
+
+def test_openai_requests_ask_for_the_configured_max_tokens_in_every_thread_of_the_job(
+    env: Env,
+) -> None:
+    with FakeChatAPI() as api:
+        api.respond_with(chat_responder)
+        job = openai_job(
+            env, api, "knobs", extra="max_output_tokens = 1234", worker="max_output_tokens = 321"
+        )
+        res = env.run("--json", "run", str(job))
+        assert res.code == 0, res.stderr
+        assert max_tokens_by_thread(api.chat_requests) == {
+            "lead": {1234},
+            "worker": {321},
+            "reader": {321},  # a reader runs on the workers' model, with the workers' knobs
+        }
+        # a resumed worker and a forked lead, in new processes, keep the job's knobs
+        worker_ref, lead_ref = res.json["workers"][0]["ref"], res.json["lead"]
+        before = len(api.chat_requests)
+        resumed = env.run("--json", "resume", worker_ref, "Look again.")
+        assert resumed.code == 0, resumed.stderr
+        forked = env.run("--json", "fork", lead_ref, "Report again.")
+        assert forked.code == 0, forked.stderr
+        later = max_tokens_by_thread(api.chat_requests[before:])
+    assert later == {"worker": {321}, "lead": {1234}}
+
+
+def test_the_max_output_tokens_flag_overrides_the_job_files_value(env: Env) -> None:
+    with FakeChatAPI() as api:
+        api.respond_with(chat_responder)
+        job = openai_job(env, api, "flagged", extra="max_output_tokens = 1234")
+        res = env.run("--json", "run", str(job), "--max-output-tokens", "77")
+        requests = list(api.chat_requests)
+    assert res.code == 0, res.stderr
+    # the workers have no value of their own: they follow the job's, which the flag set
+    assert max_tokens_by_thread(requests) == {"lead": {77}, "worker": {77}, "reader": {77}}
+
+
+def test_request_timeout_cuts_a_slow_answer_and_the_run_exits_4(env: Env) -> None:
+    with FakeChatAPI() as api:
+        # every attempt would take a minute; the subprocess gets 50 s in all, so only a cut
+        # request (and its retries, cut too) ends the run in time
+        api.inject("slow", times=20, delay_s=60)
+        job = env.job("slow", [], model=f"openai:m@{api.base_url}")
+        res = env.run("--json", "run", str(job), "--request-timeout", "0.2", timeout=50)
+        attempts = len(api.chat_requests)
+    assert res.code == 4, (res.code, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert lines[-1].startswith("threadloom: error: "), res.stderr
+    assert "timed out" in lines[-1], lines[-1]
+    assert res.json["error"]["code"] == 4
+    assert attempts == 5  # the first attempt and four retries, each cut at the timeout
+
+
+def test_a_bad_knob_flag_is_exit_2_naming_the_flag(env: Env) -> None:
+    job = env.job("bad", [{"match": ".", "turns": [{"text": "x"}]}])
+    for flag, value in (("--max-output-tokens", "0"), ("--request-timeout", "-1")):
+        res = env.run("run", str(job), flag, value)
+        assert res.code == 2, res.stderr
+        assert flag in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    res = env.run("run", str(job), "--request-timeout", "inf")
+    assert res.code == 2 and res.stderr.count("--request-timeout") == 1, res.stderr
+
+
+def anthropic_run(env: Env, name: str, *, extra: str = "", worker: str = "") -> dict[str, Any]:
+    script = {
+        "rules": [
+            {"match": f"Job: {name}", "turns": [{"text": "reported"}]},
+            {"match": "(?m)^Task a:", "turns": [submit("a looked at")]},
+        ]
+    }
+    with FakeMessagesAPI() as api:
+        api.respond_with(scripted_responder(script))
+        job = env.job(
+            name, [], TASKS, model="anthropic:claude-haiku-4-5", extra=extra, worker=worker
+        )
+        res = env.run(
+            "--json",
+            "run",
+            str(job),
+            env={"ANTHROPIC_BASE_URL": api.base_url, "ANTHROPIC_API_KEY": "sk-ant-test"},
+        )
+        assert res.code == 0, res.stderr
+        assert api.rejections == []
+        return max_tokens_by_thread(api.message_requests)
+
+
+def test_anthropic_requests_carry_the_configured_max_tokens(env: Env) -> None:
+    seen = anthropic_run(
+        env,
+        "anth",
+        extra="max_output_tokens = 2048",
+        worker="max_output_tokens = 1024\nrequest_timeout_s = 30",
+    )
+    assert seen == {"lead": {2048}, "worker": {1024}}
+
+
+def test_anthropic_requests_without_knobs_ask_for_the_default_8192(env: Env) -> None:
+    assert anthropic_run(env, "plain") == {"lead": {8192}, "worker": {8192}}
