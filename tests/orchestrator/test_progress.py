@@ -17,7 +17,7 @@ from orchestrator._progress import Progress, tool_preview
 from orchestrator._render import Printer, cell_width
 from store import Kind, NewMessage, Status, Store, Usage, format_ref, new_id
 from workers import LoopEvent, ModelRequest, ModelResponse, build_tools, run_thread
-from workers.providers import FunctionModel, text_response, tool_response
+from workers.providers import FunctionModel, tool_response
 from workers.providers._pricing import cost_usd
 
 LONG_TITLE = "Fix the failing tokenizer test " + "and explain the root cause " * 11
@@ -224,8 +224,8 @@ async def test_a_real_run_reports_its_tool_call_and_running_cost(tmp_path: Path)
     def reply(request: ModelRequest) -> ModelResponse:
         if len(request.messages) == 1:
             turn = tool_response(("read_file", {"path": "calc/parser.py"}))
-        else:
-            turn = text_response("read it")
+        else:  # a worker ends with its result (a plain-text end may be nudged to submit)
+            turn = tool_response(("submit_result", {"status": "done", "summary": "read it"}))
         return ModelResponse(turn.content, turn.stop_reason, usage, "claude-sonnet-4-5")
 
     seen: list[LoopEvent] = []
@@ -236,7 +236,7 @@ async def test_a_real_run_reports_its_tool_call_and_running_cost(tmp_path: Path)
             kind=Kind.WORKER,
             title="read the parser",
             system_prompt="s",
-            tools=["read_file"],
+            tools=["read_file", "submit_result"],
             model="anthropic:claude-sonnet-4-5",
             status=Status.QUEUED,
             messages=[NewMessage.user("go")],
@@ -277,14 +277,14 @@ REPORT = (
 )
 
 
-def outcome(report: str) -> JobOutcome:
+def outcome(report: str, summary: str = "fixed") -> JobOutcome:
     return JobOutcome(
         job="T-lead",
         lead="T-lead",
         ref="T-lead",
         status=Status.DONE,
         report=report,
-        workers=[WorkerSummary("T-w1", "parser", "done", "fixed")],
+        workers=[WorkerSummary("T-w1", "parser", "done", summary)],
         usage=Usage(),
     )
 
@@ -303,7 +303,8 @@ class _Terminal(io.StringIO):
 def test_on_a_terminal_the_report_is_rendered_markdown(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "80")
     buf = _Terminal()
-    render(outcome(REPORT + "\nsee [the docs](https://example.com) \x1b]0;x\x07\n"))(Printer(buf))
+    report = REPORT + "\nsee [the docs](https://example.com) \x1b]0;x\x07\n"
+    render(outcome(report, summary="the root cause " * 10))(Printer(buf))
     out = buf.getvalue()
     plain = CSI.sub("", out)
     lines = [line.rstrip() for line in plain.splitlines()]
@@ -313,4 +314,6 @@ def test_on_a_terminal_the_report_is_rendered_markdown(monkeypatch: pytest.Monke
     assert "\x1b[1" in out  # styled
     assert "\x1b]8" not in out and "https://example.com" in plain  # a link shows its address
     assert "^[]0;x^G" in plain and "\x07" not in out
-    assert "workers:" in plain and "T-w1" in plain
+    assert "workers:" in plain
+    worker = next(line for line in lines if "T-w1" in line)  # one line, cut to the width
+    assert worker.endswith("…") and cell_width(worker) == 80, worker
