@@ -245,15 +245,17 @@ def test_the_demo_runs_offline_and_leaves_the_sample_passing(env: Env, tmp_path:
     assert res.code == 0, res.stderr
     assert "root cause" in res.stdout.lower()
     assert "threadloom show T-" in res.stdout and "threadloom fork T-" in res.stdout
-    assert "39 passed" in res.stdout
+    # the closing check's line is what `python -m unittest` printed in the kept copy
+    assert "its tests now (python -m unittest): Ran 39 tests, OK\n" in res.stdout
     check = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "unittest"],
         cwd=keep,
         capture_output=True,
         text=True,
         check=False,
     )
-    assert check.returncode == 0, check.stdout
+    assert check.returncode == 0, check.stderr
+    assert "\nRan 39 tests in " in check.stderr and check.stderr.rstrip().endswith("\nOK")
     doc = env.run("--json", "ls", "--kind", "worker").json
     assert len(doc) == 3 and all(w["status"] == "done" for w in doc)
     assert os.path.isdir(keep)
