@@ -11,18 +11,31 @@ before the next non-tool message; no tool message that answers nothing; tool-cal
 strings; tools are ``{"type": "function", "function": {name, parameters}}`` with unique names.
 With ``api_key=…`` the server also requires ``Authorization: Bearer <key>`` (401 otherwise).
 
-Responses: ``.respond_with(fn)`` with ``fn(request_json) -> dict`` giving ``content`` (str or
-None), ``tool_calls`` (``[{"name", "arguments": dict | str, "id"?}]`` — a string is sent as is, so
-a test can send arguments that are not JSON), ``finish_reason`` (default ``tool_calls`` when
-there are tool calls, else ``stop``), ``usage`` (overrides, e.g. ``prompt_tokens_details``) and
-``model``; or a list of such replies. Default: the text ``ok``. Usage: ``prompt_tokens`` is
+Responses: ``.respond_with(fn)`` with ``fn(request_json) -> dict`` giving ``content`` (any
+JSON: a str, None, or a wrong shape on purpose), ``tool_calls`` (``[{"name", "arguments": dict |
+str, "id"?}]`` — a string is sent as is, so a test can send arguments that are not JSON; an
+``"id"`` of None sends no id), ``finish_reason`` (default ``tool_calls`` when there are tool
+calls, else ``stop``; an explicit None sends null), ``usage`` (overrides merged into the computed
+usage, e.g. ``prompt_tokens_details``; None sends ``"usage": null``, ``"omit"`` sends no usage)
+and ``model``; or a list of such replies. Default: the text ``ok``. Usage: ``prompt_tokens`` is
 ceil(chars/4) of the canonical JSON of messages and tools, ``completion_tokens`` that of the reply.
 
 Faults (``.inject(kind, times=n, **params)``): ``"429"`` with ``Retry-After`` (param
 ``retry_after``, seconds, default ``0.01`` — fractional values are nonstandard but accepted by our
 client); ``"500"``; ``"drop"`` (close without a response); ``"non_json"`` (a 200 whose body is
 HTML); ``"no_choices"`` (a 200 with ``"choices": []``); ``"slow"`` (param ``delay_s``);
-``"too_long"`` (a 400 ``context_length_exceeded``); ``"quota"`` (a 429 ``insufficient_quota``).
+``"dribble"`` (the normal reply, its body sent a byte every ``interval_s``, default 0.05: a server
+generating slowly, which no per-read timeout cuts; a client that hangs up is recorded in
+``.disconnects``); ``"quota"`` (a 429 ``insufficient_quota``); ``"body"`` (``status``, default 200,
+with exactly ``body`` — bytes or a str as they are, anything else as its JSON — and
+``content_type``, default ``application/json``).
+
+Context overflows, each server's exact answer: ``"too_long"`` (OpenAI: a 400
+``context_length_exceeded``); ``"llama_ctx"`` (llama-server: a 400 ``exceed_context_size_error``
+with ``n_prompt_tokens``/``n_ctx``, params ``prompt``, ``ctx``); ``"vllm_ctx"`` (vLLM's top-level
+``BadRequestError`` "maximum context length is … However, you requested …", params ``ctx``,
+``prompt``, ``completion``); ``"ollama_ctx"`` (Ollama: "the input length exceeds the context
+length", param ``status``, default 400 — some versions answer 500).
 """
 
 from __future__ import annotations
@@ -154,7 +167,21 @@ class FakeChatAPI(FakeServer):
     """See the module docstring."""
 
     FAULT_KINDS = frozenset(
-        {"429", "500", "drop", "non_json", "no_choices", "slow", "too_long", "quota"}
+        {
+            "429",
+            "500",
+            "drop",
+            "non_json",
+            "no_choices",
+            "slow",
+            "dribble",
+            "too_long",
+            "llama_ctx",
+            "vllm_ctx",
+            "ollama_ctx",
+            "quota",
+            "body",
+        }
     )
 
     def __init__(
@@ -196,11 +223,15 @@ class FakeChatAPI(FakeServer):
             recorded.outcome = "not_found"
             return Reply.json(404, _error(f"Unknown request URL: POST {path}.", "not_found"))
         fault = self.take_fault()
+        dribble_s = 0.0
         if fault is not None:
             recorded.outcome = f"fault:{fault.kind}"
-            reply = self._fault(fault)
-            if reply is not None:
-                return reply
+            if fault.kind == "dribble":
+                dribble_s = float(fault.params.get("interval_s", 0.05))
+            else:
+                reply = self._fault(fault)
+                if reply is not None:
+                    return reply
         if self.api_key is not None and recorded.headers.get("authorization") != (
             f"Bearer {self.api_key}"
         ):
@@ -221,18 +252,17 @@ class FakeChatAPI(FakeServer):
         calls = []
         for call in spec.get("tool_calls") or []:
             arguments = call.get("arguments", {})
-            calls.append(
-                {
-                    "id": call.get("id", f"call_{uuid.uuid4().hex[:24]}"),
-                    "type": "function",
-                    "function": {
-                        "name": call["name"],
-                        "arguments": arguments
-                        if isinstance(arguments, str)
-                        else json.dumps(arguments),
-                    },
-                }
-            )
+            sent: dict[str, Any] = {
+                "id": call.get("id", f"call_{uuid.uuid4().hex[:24]}"),
+                "type": "function",
+                "function": {
+                    "name": call["name"],
+                    "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+                },
+            }
+            if sent["id"] is None:
+                del sent["id"]
+            calls.append(sent)
         if calls:
             message["tool_calls"] = calls
         prompt = _tokens({"messages": request["messages"], "tools": request.get("tools")})
@@ -242,27 +272,24 @@ class FakeChatAPI(FakeServer):
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
         }
-        usage.update(spec.get("usage") or {})
+        if isinstance(spec.get("usage"), dict):
+            usage.update(spec["usage"])
+        finish = spec.get("finish_reason", "tool_calls" if calls else "stop")
         if not recorded.outcome:
             recorded.outcome = "ok"
-        return Reply.json(
-            200,
-            {
-                "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": spec.get("model") or request["model"],
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": message,
-                        "finish_reason": spec.get("finish_reason")
-                        or ("tool_calls" if calls else "stop"),
-                    }
-                ],
-                "usage": usage,
-            },
-        )
+        body: dict[str, Any] = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": spec.get("model") or request["model"],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": None if "usage" in spec and spec["usage"] is None else usage,
+        }
+        if spec.get("usage") == "omit":
+            del body["usage"]
+        reply = Reply.json(200, body)
+        reply.dribble_s = dribble_s
+        return reply
 
     def _fault(self, fault: Fault) -> Reply | object | None:
         kind, params = fault.kind, fault.params
@@ -285,6 +312,51 @@ class FakeChatAPI(FakeServer):
                     code="context_length_exceeded",
                 ),
             )
+        if kind == "llama_ctx":  # llama-server's exact answer (issue 15)
+            prompt, ctx = int(params.get("prompt", 2015)), int(params.get("ctx", 512))
+            return Reply.json(
+                400,
+                {
+                    "error": {
+                        "code": 400,
+                        "message": f"request ({prompt} tokens) exceeds the available context "
+                        f"size ({ctx} tokens), try increasing it",
+                        "type": "exceed_context_size_error",
+                        "n_prompt_tokens": prompt,
+                        "n_ctx": ctx,
+                    }
+                },
+            )
+        if kind == "vllm_ctx":  # vLLM's, at the top level as its older versions answer
+            ctx = int(params.get("ctx", 4096))
+            prompt, completion = (
+                int(params.get("prompt", 1000)),
+                int(params.get("completion", 4000)),
+            )
+            return Reply.json(
+                400,
+                {
+                    "object": "error",
+                    "message": f"This model's maximum context length is {ctx} tokens. However, "
+                    f"you requested {prompt + completion} tokens ({prompt} in the messages, "
+                    f"{completion} in the completion). Please reduce the length of the messages "
+                    "or completion.",
+                    "type": "BadRequestError",
+                    "param": None,
+                    "code": 400,
+                },
+            )
+        if kind == "ollama_ctx":
+            return Reply.json(
+                int(params.get("status", 400)),
+                _error("the input length exceeds the context length", "api_error"),
+            )
+        if kind == "body":
+            raw = params.get("body", b"")
+            if not isinstance(raw, bytes):
+                raw = (raw if isinstance(raw, str) else json.dumps(raw)).encode()
+            content_type = str(params.get("content_type", "application/json"))
+            return Reply(int(params.get("status", 200)), raw, {"content-type": content_type})
         if kind == "quota":
             return Reply.json(
                 429,

@@ -1,7 +1,10 @@
 """``OpenAIChatModel``: any OpenAI-compatible chat-completions endpoint with tool calling
-(Ollama, vLLM, llama.cpp server, LM Studio, OpenAI itself), spoken to with httpx.
+(Ollama, vLLM, llama.cpp's ``llama-server``, LM Studio, OpenAI itself), spoken to with httpx.
 
-This is the only module that does HTTP with ``httpx``.
+This is the only module that does HTTP with ``httpx``; what the answers mean lives beside it:
+``_openai_response`` (a 200 into a ``ModelResponse``: shapes, ids, finish reasons, usage),
+``_openai_text_calls`` (tool calls a small model wrote as text) and ``_openai_errors`` (error
+bodies, context overflow).
 
 URL rule: the request goes to ``{base_url}/chat/completions``. A base URL with no path
 (``http://localhost:11434``) gets ``/v1`` added; one with any path (``…/v1``, ``…/v1beta/openai``,
@@ -11,74 +14,65 @@ Request: the system prompt is a ``system`` message; an assistant turn is one ass
 its text as ``content`` and its ``tool_use`` blocks as ``tool_calls`` (arguments JSON-encoded);
 each ``tool_result`` of a user turn is one ``role: "tool"`` message (``tool_call_id``; an error
 result's text is prefixed ``Error: `` as the format has no error flag), followed by one user
-message with the turn's text, if any; thinking blocks are dropped.
+message with the turn's text, if any; thinking blocks are dropped. ``max_tokens`` is the
+constructor's, else the smaller of the request's and ``DEFAULT_MAX_TOKENS``.
 
-Response: ``content`` becomes a text block, ``tool_calls`` tool-use blocks; arguments that are not
-a JSON object become ``{"_raw_arguments": "<raw>"}`` so the loop can tell the model. Finish reasons
-``stop``/``tool_calls``/``length``/``content_filter`` map to ``end_turn``/``tool_use``/
-``max_tokens``/``refusal``; a reply with tool calls is ``tool_use`` whatever the server says (some
-local servers answer ``stop``). ``prompt_tokens_details.cached_tokens`` is reported as cache reads
-and taken out of ``input_tokens``. A body that is not JSON or has no choices is
-``BadModelResponse``.
+Response: see ``_openai_response``. In short: content becomes a text block, tool calls tool-use
+blocks with ids made unique in the thread, arguments that are not a JSON object
+``{"_raw_arguments": "<raw>"}``; a tool call written as text in ``content`` (``text_tool_calls``,
+on by default) is recognised for the request's tools when its arguments validate, and the reply
+keeps its text beside the recognised call; a body that is not the API's shape is
+``BadModelResponse`` naming the provider and the field.
 
-Retries as for Anthropic: 408/429/5xx (not 501), connection errors and timeouts, with exponential
-backoff and jitter, honouring ``Retry-After``; a 429 ``insufficient_quota`` (or a message about a
-spend/usage/credit limit) is ``SpendLimitReached`` at once; a 413 or a context-length 400 is
-``ContextTooLong``; other 4xx are ``ProviderRejected``.
+Time: ``timeout`` is a deadline for the whole of one attempt (connect, the server's queue and
+prompt reading, generation, the body), not httpx's per-read timeout, which a server dribbling bytes
+never trips. An attempt past its deadline is cancelled and its connection closed, so the server sees
+the client go and stops generating (llama-server, vLLM and Ollama all do).
+
+Retries as for Anthropic: 408/429/5xx (not 501) and connection errors, with exponential backoff
+and jitter, honouring ``Retry-After``; an attempt that ran out its deadline is retried once only
+(a busy single-slot server may have queued it; a model too slow for the deadline will be too slow
+again). A 429 ``insufficient_quota`` (or a message about a spend/usage/credit limit) is
+``SpendLimitReached`` at once; a 413, or a 400/422/500 whose text says the request does not fit
+the context (llama.cpp ``exceed_context_size_error``, vLLM/OpenAI ``maximum context length``,
+``context_length_exceeded``, Ollama ``input length exceeds the context length``) is
+``ContextTooLong``, whose message says what to change; other 4xx are ``ProviderRejected``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-import re
-import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import structlog
 
-from store import (
-    MASK,
-    ContentBlock,
-    NewMessage,
-    TextBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-    Usage,
-    redact,
-)
-from workers._protocol import ModelRequest, ModelResponse, StopReason
-from workers.errors import (
-    BadModelResponse,
-    ProviderUnavailable,
-)
+from store import MASK, NewMessage, TextBlock, ToolResultBlock, ToolUseBlock, Usage, redact
+from workers._protocol import ModelRequest, ModelResponse
+from workers.errors import ContextTooLong, ProviderUnavailable
 
+from ._openai_errors import SPEND_LIMIT, error_text, is_context_overflow, overflow_message
+from ._openai_response import RAW_ARGUMENTS_KEY, parse_response
 from ._pricing import cost_usd
 from ._retry import RetryPolicy, final_error, parse_retry_after
 
+__all__ = ["DEFAULT_MAX_TOKENS", "DEFAULT_TIMEOUT_S", "RAW_ARGUMENTS_KEY", "OpenAIChatModel"]
+
 log = structlog.get_logger(__name__)
 
-RAW_ARGUMENTS_KEY = "_raw_arguments"
+DEFAULT_MAX_TOKENS = 4096
+"""Output tokens asked for when the constructor is given none (and the request asks for more).
+Enough for a tool call that writes a file of several hundred lines, and half what a small model
+stuck repeating itself burns with the loop's 8,192 — and vLLM refuses any request whose prompt
+plus ``max_tokens`` exceeds ``--max-model-len``, so asking for less fits more servers."""
 
-_FINISH: dict[str, StopReason] = {
-    "stop": "end_turn",
-    "tool_calls": "tool_use",
-    "function_call": "tool_use",
-    "length": "max_tokens",
-    "content_filter": "refusal",
-}
-_SPEND_LIMIT = re.compile(
-    r"insufficient_quota|exceeded your current quota|\b(spend|spending|usage|credit|billing)\b"
-    r"[^.]{0,40}\blimit",
-    re.IGNORECASE,
-)
-_TOO_LONG = re.compile(
-    r"context_length_exceeded|maximum context length|context (window|length)|prompt is too long"
-    r"|too many tokens",
-    re.IGNORECASE,
-)
+DEFAULT_TIMEOUT_S = 300.0
+"""Seconds one attempt may take, end to end. A 1-2B model on a few CPU cores reads a long prompt
+and writes ``DEFAULT_MAX_TOKENS`` well inside it; past it a server is stuck or far too slow, and a
+worker (``timeout_s`` 900 by default) still has time for the retry and its next turns."""
 
 
 def chat_completions_url(base_url: str) -> str:
@@ -91,12 +85,22 @@ def chat_completions_url(base_url: str) -> str:
     return url + "/chat/completions"
 
 
+class _DeadlinePassed(Exception):
+    """One attempt ran out its whole ``timeout``."""
+
+
 class OpenAIChatModel:
     """A ``Model`` over an OpenAI-compatible ``/chat/completions`` endpoint.
 
     ``api_key`` defaults to ``OPENAI_API_KEY``; without one no ``Authorization`` header is sent
-    (local servers need none). ``timeout`` is per attempt, in seconds. ``transport`` is for tests.
+    (local servers need none). ``timeout`` is the deadline of one attempt, in seconds (default
+    ``DEFAULT_TIMEOUT_S``; the module docstring says why it is a deadline). ``max_tokens``, when
+    given, is the ``max_tokens`` of every request; else the request's, at most
+    ``DEFAULT_MAX_TOKENS``. ``text_tool_calls`` recognises tool calls written as text in the reply
+    (``_openai_text_calls``). ``transport`` is for tests.
     """
+
+    result_nudges = 1  # small local models end turns without submit_result: nudge once
 
     def __init__(
         self,
@@ -105,19 +109,25 @@ class OpenAIChatModel:
         *,
         api_key: str | None = None,
         max_retries: int = 4,
-        timeout: float = 600.0,
+        timeout: float = DEFAULT_TIMEOUT_S,
         max_tokens: int | None = None,
+        text_tool_calls: bool = True,
         backoff_base: float = 0.5,
         backoff_cap: float = 20.0,
         retry_after_cap: float = 60.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        if timeout <= 0:
+            raise ValueError("timeout must be > 0 seconds")
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
         self._model = model
         self._base_url = base_url
         self._url = chat_completions_url(base_url)
         self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
         self._timeout = timeout
         self._max_tokens = max_tokens
+        self._text_tool_calls = text_tool_calls
         self._transport = transport
         self._policy = RetryPolicy(
             max_retries=max_retries,
@@ -150,38 +160,69 @@ class OpenAIChatModel:
         if self._client is None:
             headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
             self._client = httpx.AsyncClient(
-                timeout=self._timeout, headers=headers, transport=self._transport
+                # the deadline is ours (asyncio.timeout); httpx's own are only a backstop
+                timeout=httpx.Timeout(self._timeout + 5.0),
+                headers=headers,
+                transport=self._transport,
             )
         return self._client
 
+    def max_tokens_for(self, request: ModelRequest) -> int:
+        """The ``max_tokens`` sent for ``request`` (see the class docstring)."""
+        if self._max_tokens is not None:
+            return self._max_tokens
+        return min(request.max_tokens, DEFAULT_MAX_TOKENS)
+
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        body = build_body(
-            request, model=self._model, max_tokens=self._max_tokens or request.max_tokens
-        )
+        max_tokens = self.max_tokens_for(request)
+        body = build_body(request, model=self._model, max_tokens=max_tokens)
+        where = self._mask(self.spec)
         client = self._http()
         attempt = 0
+        deadlines = 0
         while True:
             attempt += 1
             retry_after: float | None = None
             status: int | None = None
             try:
-                response = await client.post(self._url, json=body)
-            except httpx.TransportError as exc:  # connect/read/write errors and timeouts
+                response = await self._attempt(client, body)
+            except _DeadlinePassed as exc:
+                deadlines += 1
                 failure: Exception = exc
+                reason = f"no complete answer within the {self._timeout:g} s request timeout"
+                if deadlines > 1:  # retried once already (module docstring)
+                    raise ProviderUnavailable(
+                        f"{where}: {reason} (twice; raise request_timeout_s or lower "
+                        f"max_output_tokens, now {max_tokens})",
+                        attempts=attempt,
+                    ) from exc
+            except httpx.TransportError as exc:  # connect/read/write errors, httpx's timeouts
+                failure = exc
                 timed_out = isinstance(exc, httpx.TimeoutException)
                 reason = "timed out" if timed_out else self._mask(repr(exc))
             else:
                 status = response.status_code
                 if response.is_success:
-                    return _to_response(response, self._model, attempt)
-                self._raise_if_final(response, attempt)
+                    return parse_response(
+                        response.content,
+                        content_type=response.headers.get("content-type", ""),
+                        where=where,
+                        status=status,
+                        attempt=attempt,
+                        request=request,
+                        model=self._model,
+                        max_tokens=max_tokens,
+                        text_tool_calls=self._text_tool_calls,
+                        prompt_chars=lambda: len(json.dumps(body, ensure_ascii=False)),
+                    )
+                text = self._mask(error_text(response.content, reason=response.reason_phrase))
+                self._raise_if_final(status, text, where, attempt, max_tokens)
                 retry_after = parse_retry_after(response.headers)
-                text = self._mask(_error_text(response))
                 failure = ProviderUnavailable(text, status_code=status)
                 reason = f"HTTP {status}: {text}"
             await self._policy.back_off(
                 attempt,
-                what=f"openai {self._model} at {self._url}",
+                what=where,
                 reason=reason,
                 status=status,
                 retry_after=retry_after,
@@ -190,23 +231,37 @@ class OpenAIChatModel:
                 model=self._model,
             )
 
+    async def _attempt(self, client: httpx.AsyncClient, body: dict[str, Any]) -> httpx.Response:
+        """One POST, read whole within the deadline. On the deadline the request task is
+        cancelled, and httpx closes a connection whose response was not read to its end: the
+        server sees the client go."""
+        try:
+            async with asyncio.timeout(self._timeout):
+                return await client.post(self._url, json=body)
+        except TimeoutError as exc:
+            log.warning(
+                "model.deadline_passed",
+                provider="openai",
+                model=self._model,
+                timeout_s=self._timeout,
+            )
+            raise _DeadlinePassed() from exc
+
     def _mask(self, text: str) -> str:
         """``text`` (an error a server sent back) without our own key, which a 401 may echo."""
         if self._api_key:
             text = text.replace(self._api_key, MASK)
         return redact(text)
 
-    def _raise_if_final(self, response: httpx.Response, attempt: int) -> None:
-        status = response.status_code
-        text = self._mask(_error_text(response))
-        what = f"openai {self._model} at {self._url}: HTTP {status}: {text}"
-        error = final_error(
-            status,
-            too_long=bool(_TOO_LONG.search(text)),
-            spend_limit=bool(_SPEND_LIMIT.search(text)),
-        )
+    def _raise_if_final(
+        self, status: int, text: str, where: str, attempt: int, max_tokens: int
+    ) -> None:
+        if is_context_overflow(status, text):
+            message = overflow_message(where, status, text, max_tokens=max_tokens)
+            raise ContextTooLong(message, attempts=attempt, status_code=status)
+        error = final_error(status, too_long=False, spend_limit=bool(SPEND_LIMIT.search(text)))
         if error is not None:
-            raise error(what, attempts=attempt, status_code=status)
+            raise error(f"{where}: HTTP {status}: {text}", attempts=attempt, status_code=status)
 
 
 # --- request ------------------------------------------------------------------------------------
@@ -265,105 +320,3 @@ def _messages(message: NewMessage) -> list[dict[str, Any]]:
     if text or not results:
         results.append({"role": "user", "content": text})
     return results
-
-
-# --- response -----------------------------------------------------------------------------------
-
-
-def _to_response(response: httpx.Response, model: str, attempt: int) -> ModelResponse:
-    def bad(why: str) -> BadModelResponse:
-        return BadModelResponse(
-            f"openai {model}: {why}", attempts=attempt, status_code=response.status_code
-        )
-
-    try:
-        body = response.json()
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise bad(f"response body is not JSON: {response.text[:200]!r}") from exc
-    if not isinstance(body, dict):
-        raise bad("response body is not a JSON object")
-    choices = body.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise bad("response has no choices")
-    message = choices[0].get("message")
-    if not isinstance(message, dict):
-        raise bad("response choice has no message")
-
-    content: list[ContentBlock] = []
-    text = message.get("content")
-    if isinstance(text, str) and text:
-        content.append(TextBlock(text=text))
-    raw_calls = message.get("tool_calls") or []
-    if not isinstance(raw_calls, list):
-        raise bad("tool_calls is not a list")
-    for call in raw_calls:
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise bad(f"malformed tool call {call!r}")
-        call_id = call.get("id") or f"call_{uuid.uuid4().hex[:24]}"
-        content.append(ToolUseBlock(id=call_id, name=function["name"], input=_arguments(function)))
-    if not content:
-        content.append(TextBlock(text=""))
-
-    has_calls = any(isinstance(b, ToolUseBlock) for b in content)
-    finish = choices[0].get("finish_reason")
-    stop = _FINISH.get(finish, "end_turn") if isinstance(finish, str) else "end_turn"
-    if has_calls and stop == "end_turn":
-        stop = "tool_use"
-
-    return ModelResponse(
-        content=content,
-        stop_reason=stop,
-        usage=_usage(body.get("usage")),
-        model=reported if isinstance(reported := body.get("model"), str) else model,
-    )
-
-
-def _arguments(function: dict[str, Any]) -> dict[str, Any]:
-    raw = function.get("arguments")
-    if isinstance(raw, dict):  # a few servers send the object itself
-        return raw
-    if raw is None or raw == "":
-        return {}
-    if isinstance(raw, str):
-        try:
-            parsed = json.loads(raw)
-        except json.JSONDecodeError:
-            return {RAW_ARGUMENTS_KEY: raw}
-        if isinstance(parsed, dict):
-            return parsed
-    return {RAW_ARGUMENTS_KEY: raw if isinstance(raw, str) else json.dumps(raw)}
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def _usage(raw: Any) -> Usage:
-    if not isinstance(raw, dict):
-        return Usage()
-    prompt = _int(raw.get("prompt_tokens"))
-    details = raw.get("prompt_tokens_details")
-    cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
-    cached = min(cached, prompt)
-    return Usage(
-        input_tokens=prompt - cached,
-        output_tokens=_int(raw.get("completion_tokens")),
-        cache_read_input_tokens=cached,
-    )
-
-
-def _error_text(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return response.text[:500] or response.reason_phrase
-    if isinstance(body, dict):
-        error = body.get("error")
-        if isinstance(error, dict):
-            parts = [str(error.get(k)) for k in ("message", "code", "type") if error.get(k)]
-            if parts:
-                return " / ".join(parts)
-        if isinstance(error, str):
-            return error
-    return response.text[:500]
