@@ -18,7 +18,13 @@ dumped dicts, never to our stored (frozen) message objects.
 Response: ``text``, ``thinking`` (with its signature) and ``tool_use`` become our blocks;
 ``redacted_thinking`` and server-tool blocks are skipped (our block format cannot carry their
 opaque payload, and we never enable the features that produce them). An empty reply becomes one
-empty text block. ``model_context_window_exceeded`` maps to ``max_tokens``.
+empty text block. ``model_context_window_exceeded`` maps to ``max_tokens``. The SDK builds its
+response objects without validating them, so the body is read raw and what we translate is
+checked here: a 200 whose body is not JSON, not an object, an error object, or whose content,
+blocks (a type no SDK version lists, a field missing or of the wrong type), usage, stop reason
+or model have the wrong shape is ``BadModelResponse`` (exit 4) naming the provider and the fault,
+never an ``AttributeError`` from deep inside the loop. It is not retried: a server that answers
+in another protocol answers so again.
 
 Retries are ours (the SDK's ``max_retries=0``): 408/429/5xx (not 501)/529, connection errors and
 timeouts are retried with exponential backoff and jitter, honouring ``retry-after-ms`` /
@@ -30,10 +36,12 @@ other 4xx are ``ProviderRejected``; a retryable failure on the last attempt is
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import typing
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import anthropic
 import structlog
@@ -58,9 +66,6 @@ from workers.errors import (
 
 from ._pricing import cost_usd
 from ._retry import RetryPolicy, final_error, parse_retry_after
-
-if TYPE_CHECKING:
-    from anthropic.types import Message as SDKMessage
 
 log = structlog.get_logger(__name__)
 
@@ -162,7 +167,11 @@ class AnthropicModel:
             retry_after: float | None = None
             status: int | None = None
             try:
-                message = await client.messages.create(**params, timeout=self._timeout)
+                # the raw response: the SDK builds its models without validating them, so we
+                # read the body ourselves and check the shape we translate (``_to_response``)
+                raw = await client.messages.with_raw_response.create(
+                    **params, timeout=self._timeout
+                )
             except anthropic.APIStatusError as exc:
                 status = exc.status_code
                 self._raise_if_final(exc, attempt)
@@ -173,21 +182,13 @@ class AnthropicModel:
                 failure = exc
                 timed_out = isinstance(exc, anthropic.APITimeoutError)
                 reason = "timed out" if timed_out else self._mask(str(exc))
-            except anthropic.APIResponseValidationError as exc:
-                raise BadModelResponse(
-                    self._mask(
-                        f"anthropic {self._model}: response does not match the API schema: {exc}"
-                    ),
-                    attempts=attempt,
-                    status_code=exc.status_code,
-                ) from exc
             except anthropic.AnthropicError as exc:
                 raise ModelError(
                     self._mask(f"anthropic {self._model}: {type(exc).__name__}: {exc}"),
                     attempts=attempt,
                 ) from exc
             else:
-                return _to_response(message, self._model)
+                return self._translate(raw.http_response, attempt)
 
             await self._policy.back_off(
                 attempt,
@@ -206,6 +207,31 @@ class AnthropicModel:
             if secret:
                 text = text.replace(secret, MASK)
         return redact(text)
+
+    def _translate(self, http: Any, attempt: int) -> ModelResponse:
+        """The successful HTTP response ``http`` (the SDK's httpx response, typed loosely so that
+        httpx stays the OpenAI provider's import) as our ``ModelResponse``; a body that is not a
+        Messages API message (not JSON, not an object, an error object, content or usage of the
+        wrong shape) is ``BadModelResponse`` naming the provider and what was wrong."""
+        status = int(http.status_code)
+        body: bytes = http.content
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            kind = str(http.headers.get("content-type") or "no content type").split(";")[0]
+            raise self._bad(
+                status, attempt, f"the body is not JSON ({kind}): {_snippet(body)}"
+            ) from exc
+        try:
+            return _to_response(data, self._model)
+        except _ShapeError as exc:
+            raise self._bad(
+                status, attempt, f"the body is not a Messages API response: {exc}"
+            ) from exc
+
+    def _bad(self, status: int, attempt: int, why: str) -> BadModelResponse:
+        text = self._mask(f"anthropic {self._model}: HTTP {status}, but {why}")
+        return BadModelResponse(text, attempts=attempt, status_code=status)
 
     def _raise_if_final(self, exc: anthropic.APIStatusError, attempt: int) -> None:
         """Raise our error for a status that must not be retried; return if it may be."""
@@ -311,36 +337,143 @@ def _block_param(block: ContentBlock) -> dict[str, Any] | None:
 # --- response -----------------------------------------------------------------------------------
 
 
-def _to_response(message: SDKMessage, model: str) -> ModelResponse:
-    content: list[ContentBlock] = []
-    for block in message.content:
-        if block.type == "text":
-            content.append(TextBlock(text=block.text))
-        elif block.type == "thinking":
-            content.append(ThinkingBlock(thinking=block.thinking, signature=block.signature))
-        elif block.type == "tool_use":
-            tool_input = block.input if isinstance(block.input, dict) else {"_raw": block.input}
-            content.append(ToolUseBlock(id=block.id, name=block.name, input=tool_input))
-        else:
-            log.debug("model.block_skipped", provider="anthropic", type=block.type)
+class _ShapeError(ValueError):
+    """What is wrong with a response body, in a few words (``_to_response``)."""
+
+
+# skipped whatever this SDK's version lists (the docstring's redacted thinking and server tools)
+_SKIPPED_BLOCKS = frozenset(
+    {"redacted_thinking", "server_tool_use", "web_search_tool_result", "web_fetch_tool_result"}
+)
+
+
+def _sdk_block_types() -> frozenset[str]:
+    """Every content-block type this SDK knows (``anthropic.types.ContentBlock``): the ones we
+    do not translate are skipped; a type nobody knows means the server does not speak the API."""
+    found: set[str] = set()
+    for union in typing.get_args(anthropic.types.ContentBlock):
+        for member in typing.get_args(union) or (union,):
+            field = getattr(member, "model_fields", {}).get("type")
+            if field is not None:
+                found.update(a for a in typing.get_args(field.annotation) if isinstance(a, str))
+    return frozenset(found)
+
+
+_KNOWN_BLOCKS = _sdk_block_types() | _SKIPPED_BLOCKS
+
+
+def _json_kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, int | float):
+        return "a number"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def _string(block: dict[str, Any], key: str, where: str, *, empty_ok: bool = True) -> str:
+    value = block.get(key)
+    if not isinstance(value, str) or (not empty_ok and not value):
+        got = "missing" if key not in block else _json_kind(value)
+        raise _ShapeError(f"{where}.{key} is {got}, not a{'' if empty_ok else ' non-empty'} string")
+    return value
+
+
+def _block(raw: object, i: int) -> ContentBlock | None:
+    where = f"content[{i}]"
+    if not isinstance(raw, dict):
+        raise _ShapeError(f"{where} is {_json_kind(raw)}, not a content block")
+    kind = raw.get("type")
+    if not isinstance(kind, str):
+        raise _ShapeError(f"{where} has no type")
+    if kind == "text":
+        return TextBlock(text=_string(raw, "text", where))
+    if kind == "thinking":
+        return ThinkingBlock(
+            thinking=_string(raw, "thinking", where), signature=_string(raw, "signature", where)
+        )
+    if kind == "tool_use":
+        if "input" not in raw:
+            raise _ShapeError(f"{where}.input is missing")
+        tool_input = raw["input"]
+        return ToolUseBlock(
+            id=_string(raw, "id", where, empty_ok=False),
+            name=_string(raw, "name", where, empty_ok=False),
+            # not an object: kept for the loop to refuse as tool input, so the model hears why
+            input=tool_input if isinstance(tool_input, dict) else {"_raw": tool_input},
+        )
+    if kind in _KNOWN_BLOCKS:
+        log.debug("model.block_skipped", provider="anthropic", type=kind)
+        return None
+    raise _ShapeError(f"{where} has the unknown type {kind[:40]!r}")
+
+
+def _count(usage: dict[str, Any], key: str) -> int:
+    value = usage.get(key)
+    if value is None:  # counts the API omits (cache fields without caching) are zero
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _ShapeError(f"usage.{key} is {_json_kind(value)}, not a token count")
+    return value
+
+
+def _to_response(data: object, model: str) -> ModelResponse:
+    """A Messages API response body (parsed JSON) as our ``ModelResponse``. Only what we use is
+    checked — content blocks, stop reason, usage, model — so a gateway's extra fields pass;
+    anything else raises ``_ShapeError``."""
+    if not isinstance(data, dict):
+        raise _ShapeError(f"it is {_json_kind(data)}, not an object")
+    if data.get("type") == "error":  # some gateways answer errors with a 200
+        error = data.get("error")
+        detail = error if isinstance(error, dict) else {}
+        raise _ShapeError(
+            f"it is an error: {detail.get('type', 'error')}: {detail.get('message', '')}"[:300]
+        )
+    if "type" in data and data["type"] != "message":
+        raise _ShapeError(f"its type is {str(data['type'])[:40]!r}, not 'message'")
+    if "role" in data and data["role"] != "assistant":
+        raise _ShapeError(f"its role is {str(data['role'])[:40]!r}, not 'assistant'")
+    blocks = data.get("content")
+    if not isinstance(blocks, list):
+        got = "missing" if "content" not in data else _json_kind(blocks)
+        raise _ShapeError(f"content is {got}, not a list of blocks")
+    content = [b for b in (_block(raw, i) for i, raw in enumerate(blocks)) if b is not None]
     if not content:
         content.append(TextBlock(text=""))
-    usage = message.usage
-    stop = _STOP_REASONS.get(message.stop_reason or "end_turn")
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        got = "missing" if "usage" not in data else _json_kind(usage)
+        raise _ShapeError(f"usage is {got}, not an object")
+    reason = data.get("stop_reason")
+    if reason is not None and not isinstance(reason, str):
+        raise _ShapeError(f"stop_reason is {_json_kind(reason)}, not a string")
+    answered_by = data.get("model")
+    if answered_by is not None and not isinstance(answered_by, str):
+        raise _ShapeError(f"model is {_json_kind(answered_by)}, not a string")
+    stop = _STOP_REASONS.get(reason or "end_turn")
     if stop is None:  # a stop reason newer than this code: judge by the content
-        log.warning("model.unknown_stop_reason", provider="anthropic", value=message.stop_reason)
+        log.warning("model.unknown_stop_reason", provider="anthropic", value=reason)
         stop = "tool_use" if any(isinstance(b, ToolUseBlock) for b in content) else "end_turn"
     return ModelResponse(
         content=content,
         stop_reason=stop,
         usage=Usage(
-            input_tokens=usage.input_tokens or 0,
-            output_tokens=usage.output_tokens or 0,
-            cache_read_input_tokens=usage.cache_read_input_tokens or 0,
-            cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
+            input_tokens=_count(usage, "input_tokens"),
+            output_tokens=_count(usage, "output_tokens"),
+            cache_read_input_tokens=_count(usage, "cache_read_input_tokens"),
+            cache_creation_input_tokens=_count(usage, "cache_creation_input_tokens"),
         ),
-        model=message.model or model,
+        model=answered_by or model,
     )
+
+
+def _snippet(body: bytes) -> str:
+    """The start of a body, on one line: enough to recognise an HTML page or a proxy's text."""
+    text = " ".join(body[:400].decode("utf-8", "replace").split())
+    return repr(text[:160] + ("…" if len(text) > 160 else "")) if text else "(empty)"
 
 
 # --- errors -------------------------------------------------------------------------------------
