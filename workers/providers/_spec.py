@@ -84,9 +84,11 @@ def make_model(spec: str, **options: Any) -> Model:
 
     ``options`` go to the HTTP provider's constructor; ``AnthropicModel`` and
     ``OpenAIChatModel`` share ``api_key``, ``max_retries``, ``timeout``, ``max_tokens``,
-    ``backoff_base``, ``backoff_cap`` and ``retry_after_cap``. The offline scripted model has no
-    transport to configure and ignores them, so a caller can pass the same settings whatever the
-    spec names."""
+    ``backoff_base``, ``backoff_cap`` and ``retry_after_cap``. A job's ``max_output_tokens`` and
+    ``request_timeout_s`` arrive here as ``max_tokens`` and ``timeout``; left out, each provider's
+    own default holds (the request's 8,192 output tokens; 600 s per attempt). The offline scripted
+    model has no transport to configure and ignores them, so a caller can pass the same settings
+    whatever the spec names."""
     parsed = parse_model_spec(spec)
     if parsed.provider == "anthropic":
         from .anthropic import AnthropicModel  # lazy: the SDK import costs about a second
