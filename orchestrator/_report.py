@@ -28,6 +28,7 @@ def write_report(p: Printer, report: str) -> None:
     if not p.styled:
         p.write(text + "\n\n")
         return
+    p.console.print()  # apart from the progress view above it on the same screen
     p.console.print(_markdown(visible(redact(text))), soft_wrap=False)
     p.console.print()
 
