@@ -5,13 +5,17 @@ loopback fake APIs."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 from typing import Any
 
+from orchestrator import Orchestrator, parse_job
+from store import Store
 from tests.e2e.conftest import Env, submit
 from tests.fakes.chat_api import FakeChatAPI
 from tests.fakes.messages_api import FakeMessagesAPI, scripted_responder
+from workers import Model, make_model
 
 TASKS = [{"id": "a", "title": "A", "prompt": "look at a"}]
 
@@ -183,3 +187,42 @@ def test_the_scripted_model_ignores_the_knobs(env: Env) -> None:
     res = env.run("--json", "run", str(job))
     assert res.code == 0, res.stderr
     assert res.json["report"] == "reported"
+
+
+async def test_anthropic_request_timeout_reaches_the_sdk_through_the_model_factory(
+    tmp_path: Path,
+) -> None:
+    """The runtime hands the job's knobs to the model factory as ``max_tokens``/``timeout``;
+    the real ``AnthropicModel`` built from them cuts a slow answer instead of waiting for it."""
+    (tmp_path / "ws").mkdir()
+    text = (
+        '[job]\nname = "slow"\ngoal = "g"\nworkspace = "ws"\n'
+        'model = "anthropic:claude-haiku-4-5"\nrequest_timeout_s = 0.2\nmax_output_tokens = 99\n'
+    )
+    spec = parse_job(text, name="slow.toml", base_dir=tmp_path)
+    given: list[dict[str, Any]] = []
+
+    def factory(model_spec: str, **options: Any) -> Model:
+        given.append(options)
+        # quick backoff, so the four retries of a cut attempt take no time of their own
+        return make_model(
+            model_spec,
+            api_key="sk-ant-test",
+            base_url=api.base_url,
+            backoff_base=0.001,
+            backoff_cap=0.01,
+            **options,
+        )
+
+    store = await Store.open(str(tmp_path / "threads.db"))
+    try:
+        with FakeMessagesAPI() as api:
+            api.inject("slow", times=10, delay_s=60)
+            async with asyncio.timeout(30):  # five uncut attempts would take five minutes
+                outcome = await Orchestrator(store, model_factory=factory).run_job(spec)
+            sent = [r.json for r in api.requests]
+    finally:
+        await store.close()
+    assert given == [{"max_tokens": 99, "timeout": 0.2}]
+    assert outcome.provider_failed and "timed out" in (outcome.error or ""), outcome.error
+    assert len(sent) == 5 and {r["max_tokens"] for r in sent} == {99}
