@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         Role,
         SearchHit,
         Status,
+        StoredOutput,
         TextBlock,
         ThinkingBlock,
         ThreadInfo,
@@ -36,9 +37,16 @@ if TYPE_CHECKING:
         UsageRecord,
         Verification,
     )
+    from ._outputs import INLINE_LIMIT, MAX_OUTPUT_BYTES, OutputFile
     from ._redact import MASK, configured_secrets, redact, redact_data, refresh_secrets
     from ._store import Dispatch, ResolvedRef, Store, UsageTotal
-    from ._transcript import content_json, dump_transcript, parse_transcript, transcript_line
+    from ._transcript import (
+        content_json,
+        dump_transcript,
+        parse_transcript,
+        transcript_line,
+        transcript_parts,
+    )
     from .errors import (
         AmbiguousRef,
         ConcurrencyError,
@@ -71,14 +79,17 @@ _WHERE = {
     "Finding": "._models",
     "ForkOrigin": "._models",
     "ForkPointError": ".errors",
+    "INLINE_LIMIT": "._outputs",
     "ImportFormatError": ".errors",
     "InvariantError": ".errors",
     "Kind": "._models",
     "LeaseHeld": ".errors",
     "LeaseLost": ".errors",
     "MASK": "._redact",
+    "MAX_OUTPUT_BYTES": "._outputs",
     "Message": "._models",
     "NewMessage": "._models",
+    "OutputFile": "._outputs",
     "RefError": ".errors",
     "RefSyntaxError": ".errors",
     "ResolvedRef": "._store",
@@ -89,6 +100,7 @@ _WHERE = {
     "StatusError": ".errors",
     "Store": "._store",
     "StoreError": ".errors",
+    "StoredOutput": "._models",
     "TERMINAL_STATUSES": "._models",
     "TextBlock": "._models",
     "ThinkingBlock": "._models",
@@ -114,11 +126,14 @@ _WHERE = {
     "redact_data": "._redact",
     "refresh_secrets": "._redact",
     "transcript_line": "._transcript",
+    "transcript_parts": "._transcript",
 }
 
 __all__ = [
     "CONTENT_ADAPTER",
+    "INLINE_LIMIT",
     "MASK",
+    "MAX_OUTPUT_BYTES",
     "TERMINAL_STATUSES",
     "AmbiguousRef",
     "Change",
@@ -139,6 +154,7 @@ __all__ = [
     "LeaseLost",
     "Message",
     "NewMessage",
+    "OutputFile",
     "RefError",
     "RefSyntaxError",
     "ResolvedRef",
@@ -149,6 +165,7 @@ __all__ = [
     "StatusError",
     "Store",
     "StoreError",
+    "StoredOutput",
     "TextBlock",
     "ThinkingBlock",
     "ThreadInfo",
@@ -173,6 +190,7 @@ __all__ = [
     "redact_data",
     "refresh_secrets",
     "transcript_line",
+    "transcript_parts",
 ]
 
 

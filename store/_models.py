@@ -41,14 +41,33 @@ class ToolUseBlock(_Frozen):
     input: dict[str, Any] = Field(default_factory=dict)
 
 
+class StoredOutput(_Frozen):
+    """Set on a tool_result whose output was too large to keep inline (``store._outputs``): the
+    block's ``content`` is then a preview — the output's first ``head`` characters, a marker line,
+    its last ``tail`` characters — and the whole output, ``chars`` characters (``bytes`` bytes of
+    UTF-8, SHA-256 ``sha256``), is stored apart in ``chunks`` rows of the ``outputs`` table, keyed
+    by the message that owns the block. Only the store sets it; no model request carries it."""
+
+    chars: int = Field(ge=0)
+    bytes: int = Field(ge=0)
+    chunks: int = Field(ge=0)
+    head: int = Field(ge=0)
+    tail: int = Field(ge=0)
+    sha256: str
+
+
 class ToolResultBlock(_Frozen):
     type: Literal["tool_result"] = "tool_result"
     tool_use_id: str = Field(min_length=1)
     content: str | list[TextBlock] = ""
     is_error: bool = False
+    stored: StoredOutput | None = None
+    """None for an output kept inline (the usual case, and then absent from the stored JSON)."""
 
     @property
     def text(self) -> str:
+        """The output as stored inline: the whole output, or its preview when ``stored`` is set
+        (``Store.output_text`` reads the whole one)."""
         if isinstance(self.content, str):
             return self.content
         return "\n".join(b.text for b in self.content)

@@ -12,7 +12,7 @@ import asyncio
 import itertools
 import json
 import sqlite3
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from . import _search
+from . import _outputs, _search
 from ._db import Database, finish_uncancelled, utcnow
 from ._ids import ThreadRef, format_ref, is_full_id, new_id
 from ._invariants import check_append
@@ -33,10 +33,12 @@ from ._models import (
     SearchHit,
     Status,
     ThreadInfo,
+    ToolResultBlock,
     ToolUseBlock,
     Usage,
     UsageRecord,
 )
+from ._outputs import OutputFile
 from ._rows import (
     MESSAGE_COLUMNS,
     THREAD_COLUMNS,
@@ -74,6 +76,7 @@ class _PendingAppend:
     usage: UsageRecord | None
     future: asyncio.Future[list[Message]]
     lease_owner: str | None = None
+    files: Mapping[str, OutputFile] | None = None
 
 
 def id_prefix_condition(
@@ -257,6 +260,8 @@ class Store:
         msgs: Sequence[NewMessage],
         now: Any,
     ) -> list[Message]:
+        if _outputs.needs_apart(msgs, None):
+            msgs = await _outputs.store_apart(conn, thread_id, first_seq, msgs, None)
         rows, out = _message_rows(thread_id, first_seq, msgs, now)
         if rows:
             await self._insert_message_rows(conn, rows)
@@ -292,18 +297,25 @@ class Store:
         *,
         usage: UsageRecord | None = None,
         lease_owner: str | None = None,
+        output_files: Mapping[str, OutputFile] | None = None,
     ) -> list[Message]:
         """Append messages (numbered after the thread's head) in one transaction, with the
         usage row of the model response that produced them. Returns the stored messages once
-        committed. Raises ``InvariantError`` when the pairing invariant would break; nothing of
-        that call is stored then. With ``lease_owner``, the same transaction checks that this
-        owner still holds an unexpired lease on the thread, and raises ``LeaseLost`` (storing
-        nothing of that call) when it does not; other appends of the same batch still commit."""
+        committed. A tool result longer than ``INLINE_LIMIT`` characters, or whose tool_use_id
+        is a key of ``output_files`` (its whole output is that file; the block's own content is
+        ignored), is stored whole apart, in the same transaction, and keeps a preview
+        (``store._outputs``); the caller closes the files afterwards. Raises ``InvariantError``
+        when the pairing invariant would break; nothing of that call is stored then. With
+        ``lease_owner``, the same transaction checks that this owner still holds an unexpired
+        lease on the thread, and raises ``LeaseLost`` (storing nothing of that call) when it does
+        not; other appends of the same batch still commit."""
         batch = [msgs] if isinstance(msgs, NewMessage) else list(msgs)
         if not batch:
             return []
         loop = asyncio.get_running_loop()
-        item = _PendingAppend(thread_id, batch, usage, loop.create_future(), lease_owner)
+        item = _PendingAppend(
+            thread_id, batch, usage, loop.create_future(), lease_owner, output_files
+        )
         item.future.add_done_callback(_consume)
         self._pending.append(item)
         try:
@@ -371,7 +383,14 @@ class Store:
             except InvariantError as err:
                 outcomes.append(InvariantError(f"{format_ref(p.thread_id)}: {err}"))
                 continue
-            rows, out = _message_rows(p.thread_id, head + 1, p.messages, now)
+            msgs = p.messages
+            if _outputs.needs_apart(msgs, p.files):
+                try:
+                    msgs = await _outputs.store_apart(conn, p.thread_id, head + 1, msgs, p.files)
+                except InvariantError as err:
+                    outcomes.append(InvariantError(f"{format_ref(p.thread_id)}: {err}"))
+                    continue
+            rows, out = _message_rows(p.thread_id, head + 1, msgs, now)
             msg_rows.extend(rows)
             if p.usage is not None:
                 last_assistant = next(
@@ -498,6 +517,42 @@ class Store:
             return info, msgs
 
         return await self.db.read(fn, where="reading a thread")
+
+    async def output_pieces(
+        self, thread_id: str, seq: int, tool_use_id: str, *, start: int = 0, end: int | None = None
+    ) -> AsyncIterator[str]:
+        """Characters ``start..end`` (end exclusive; None: to the end) of the whole output of
+        the tool result ``tool_use_id`` in message ``seq`` of the thread (an inherited message of
+        a fork included), about a chunk (1 MiB) at a time: memory stays bounded whatever the
+        output's size. Only outputs stored apart (``ToolResultBlock.stored``) have pieces."""
+        owner = _outputs.owner_of(await self.ancestry(thread_id), seq)
+        if self.db.raw is not None:
+            raw = self.db.raw
+            first, fetch = _outputs.sqlite_reader(
+                lambda fn: raw.run(fn, where="reading a tool output"), owner, seq, tool_use_id
+            )
+        else:
+            first, fetch = _outputs.sqlalchemy_reader(
+                lambda fn: self.db.read(fn, where="reading a tool output"),
+                owner,
+                seq,
+                tool_use_id,
+            )
+        async for piece in _outputs.read_pieces(first, fetch, start=start, end=end):
+            yield piece
+
+    async def output_text(
+        self, message: Message, block: ToolResultBlock, *, start: int = 0, end: int | None = None
+    ) -> str:
+        """The whole text of ``block`` (a tool result of ``message``), or its characters
+        ``start..end``: the inline content, or the output stored apart. Holds it all in memory:
+        page with ``start``/``end`` or stream with ``output_pieces`` for huge outputs."""
+        if block.stored is None:
+            return block.text[start:end]
+        pieces = self.output_pieces(
+            message.thread_id, message.seq, block.tool_use_id, start=start, end=end
+        )
+        return "".join([p async for p in pieces])
 
     async def message(self, thread_id: str, seq: int) -> Message:
         msgs = await self.messages(thread_id, start=seq, end=seq)

@@ -110,4 +110,20 @@ checkpoints = sa.Table(
     sa.Column("created_at", TS, nullable=False),
 )
 
+# the whole text of tool outputs too large to keep inline in their message (``store._outputs``):
+# UTF-8 in chunks of about 1 MiB, each ending at a character boundary, ``start`` its first
+# character's offset in the output; written in the same transaction as the message, append-only
+# like it (migration 0004's triggers). No foreign key to ``messages``: the chunks are written
+# before their message row in that transaction (the row holds what streaming them computed)
+outputs = sa.Table(
+    "outputs",
+    metadata,
+    sa.Column("thread_id", ID, primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True),
+    sa.Column("tool_use_id", sa.Text, primary_key=True),
+    sa.Column("chunk", sa.Integer, primary_key=True),
+    sa.Column("start", sa.BigInteger, nullable=False),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+)
+
 FTS_TABLE = "messages_fts"

@@ -13,6 +13,11 @@ Every problem is one ``ImportFormatError`` naming the line and what is wrong::
 
 ``dump_transcript(parse_transcript(text))`` reproduces each message's content exactly, and
 ``parse_transcript(dump_transcript(msgs))`` gives back ``msgs``.
+
+A tool output stored apart (``ToolResultBlock.stored``) is exported whole, as if it were inline:
+``transcript_parts`` cuts the line where its text goes, for the exporter to stream it from the
+store, and the ``stored`` key never appears in a transcript (an import refuses it; importing a
+line whose output is large stores it apart again, by the same rule as any append).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ._invariants import check_append
-from ._models import CONTENT_ADAPTER, ContentBlock, NewMessage
+from ._models import CONTENT_ADAPTER, ContentBlock, NewMessage, ToolResultBlock
 from .errors import ImportFormatError, InvariantError
 
 BLOCK_TYPES = ("text", "thinking", "tool_use", "tool_result")
@@ -117,6 +122,32 @@ def transcript_line(message: NewMessage) -> str:
     )
 
 
+def transcript_parts(message: NewMessage) -> list[str | ToolResultBlock]:
+    """``transcript_line(message)`` with each tool output stored apart left out: the strings are
+    the line's JSON text, and each block stands where the JSON-escaped characters of its whole
+    output go (between the quotes of its ``content``), so the line written with them is the one
+    ``transcript_line`` gives for the same message with that output inline."""
+    if not any(isinstance(b, ToolResultBlock) and b.stored is not None for b in message.content):
+        return [transcript_line(message)]
+    parts: list[str | ToolResultBlock] = []
+    text = '{"role":' + json.dumps(message.role) + ',"content":['
+    for i, b in enumerate(message.content):
+        if i:
+            text += ","
+        data = b.model_dump(mode="json", exclude_none=True)
+        if not (isinstance(b, ToolResultBlock) and b.stored is not None):
+            text += json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+            continue
+        del data["stored"]
+        data["content"] = "\x00"
+        dumped = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        before, after = dumped.split('"content":"\\u0000"', 1)
+        parts += [text + before + '"content":"', b]
+        text = '"' + after
+    parts.append(text + "]}")
+    return parts
+
+
 def dump_transcript(messages: Iterable[NewMessage]) -> str:
     """The JSONL text of ``messages``, one line each, newline-terminated."""
     return "".join(f"{transcript_line(m)}\n" for m in messages)
@@ -172,6 +203,9 @@ def _block(block: Any, index: int, bad: Any) -> dict[str, Any]:
             f"{where}: unknown block type {json.dumps(kind)} (expected {', '.join(BLOCK_TYPES)})"
         )
     out = {k: v for k, v in block.items() if k not in _STRIPPED_KEYS}
+    if kind == "tool_result" and "stored" in out:
+        # set by the store only, on an output it keeps apart; an export writes outputs whole
+        raise bad(f"{where} (tool_result): unknown key 'stored'")
     if kind == "tool_result" and isinstance(out.get("content"), list):
         inner: list[Any] = []
         for j, sub in enumerate(out["content"]):
