@@ -22,6 +22,9 @@ at most 4 ``cache_control`` markers across tools, system and messages; the promp
 context window.
 Each refusal is kept in ``.rejections``; every request (parsed JSON and lower-cased headers) in
 ``.requests``, faults included — ``len(api.requests)`` is the number of attempts the client made.
+Each keeps its body as the bytes received (``.body``); ``.message_bodies`` lists those of the
+``POST /v1/messages`` requests, for tests of what went over the wire byte for byte (key order,
+whitespace, cache markers), which the parsed JSON cannot show.
 
 Responses: ``.respond_with(fn)`` where ``fn(request_json) -> dict`` gives ``content`` (a list of
 blocks or a string), optionally ``stop_reason`` (default: ``tool_use`` if there is a tool call,
@@ -136,6 +139,12 @@ class FakeMessagesAPI(FakeServer):
     def message_requests(self) -> list[dict[str, Any]]:
         """The parsed JSON of every ``POST /v1/messages`` received."""
         return [r.json for r in self.requests if r.path.startswith("/v1/messages")]
+
+    @property
+    def message_bodies(self) -> list[bytes]:
+        """The raw body of every ``POST /v1/messages`` received, exactly the bytes sent."""
+        with self._lock:
+            return [r.body for r in self.requests if r.path.startswith("/v1/messages")]
 
     def respond_with(self, responder: Responder | Iterable[dict[str, Any]] | None) -> None:
         """Answer with ``fn(request_json)``, or from a list of replies (then ``ok``)."""

@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ from store import (
     ToolUseBlock,
     Usage,
 )
+from tests.fakes.messages_api import FakeMessagesAPI
 from workers import (
     INTERRUPTED_RESULT,
     SUBMIT_RESULT,
@@ -31,7 +33,7 @@ from workers import (
     build_tools,
     run_thread,
 )
-from workers.providers import FunctionModel, text_response, tool_response
+from workers.providers import AnthropicModel, FunctionModel, text_response, tool_response
 
 TOOLS = ["read_file", "write_file", "edit_file", "list_files", "grep", "bash"]
 
@@ -337,30 +339,141 @@ async def test_a_lease_left_by_a_dead_runner_of_this_host_is_taken_over(
     assert outcome.status == Status.DONE
 
 
-def _request_json(req: ModelRequest) -> list[str]:
-    return [
-        json.dumps([b.model_dump(mode="json") for b in m.content], sort_keys=True)
-        for m in req.messages
-    ]
+MARKER = b',"cache_control":{"type":"ephemeral"}'
+"""A cache breakpoint as the SDK serializes it. Its quotes are bare, so these bytes cannot occur
+inside a JSON string (where a quote is escaped): every occurrence is a marker."""
+
+
+def _members(raw: bytes, span: tuple[int, int] | None = None) -> list[tuple[int, int]]:
+    """The byte spans of the members of the JSON object or array at ``span`` of ``raw`` (the
+    whole body by default), in the order they were sent: an object's values, an array's elements.
+    Whitespace and key order are whatever the sender wrote; nothing is re-serialized."""
+    text = raw.decode()  # strict: a body that is not UTF-8 fails here
+    start, end = (0, len(raw)) if span is None else span
+    # byte offsets -> str offsets; UTF-8 prefix lengths map them one to one
+    at = len(raw[:start].decode())
+    stop = len(raw[:end].decode())
+    decoder = json.JSONDecoder()
+
+    def skip(i: int) -> int:
+        while i < len(text) and text[i] in " \t\r\n":
+            i += 1
+        return i
+
+    at = skip(at)
+    opener = text[at]
+    assert opener in "{[", text[at : at + 40]
+    closer = "}" if opener == "{" else "]"
+    spans = []
+    i = skip(at + 1)
+    while text[i] != closer:
+        if opener == "{":
+            _, i = decoder.raw_decode(text, i)  # the key
+            i = skip(i)
+            assert text[i] == ":"
+            i = skip(i + 1)
+        _, value_end = decoder.raw_decode(text, i)
+        spans.append((len(text[:i].encode()), len(text[:value_end].encode())))
+        i = skip(value_end)
+        if text[i] == ",":
+            i = skip(i + 1)
+    assert i + 1 == stop, "the span is not one JSON value"
+    return spans
+
+
+def _keys(raw: bytes) -> list[str]:
+    return list(json.loads(raw))  # json keeps the order the keys were sent in
+
+
+def assert_rebuilt_prefix(
+    original: bytes, rebuilt: bytes, *, messages: int, moved_marker: int
+) -> None:
+    """``rebuilt`` (the raw body of a resumed or forked thread's request) begins with exactly the
+    bytes of ``original`` (an earlier request of the same history) through its first
+    ``messages`` messages, and sends every other top-level key (model, system, tools) byte for
+    byte as ``original`` did, in the same key order.
+
+    The one difference allowed is the one the provider makes by design: the conversation's cache
+    breakpoints roll forward (the message before the newest assistant turn, and the newest
+    message), so ``original``'s marker on message ``moved_marker`` is not sent again. Anthropic's
+    cache is keyed by the content up to a breakpoint, not by where earlier markers sat, so this
+    does not change what is read from the cache; any other byte that differs would."""
+    ours, theirs = _members(original), _members(rebuilt)
+    assert _keys(original) == _keys(rebuilt)
+    keys = _keys(original)
+    for key, (a, b) in zip(keys, zip(ours, theirs, strict=True), strict=True):
+        if key != "messages":
+            assert rebuilt[b[0] : b[1]] == original[a[0] : a[1]], f"{key} differs on the wire"
+    index = keys.index("messages")
+    (a_start, a_end), (b_start, b_end) = ours[index], theirs[index]
+    # and every byte around the values (braces, keys, separators, whitespace)
+    assert rebuilt[:b_start] == original[:a_start], "the body differs before messages"
+    assert rebuilt[b_end:] == original[a_end:], "the body differs after messages"
+    sent_before = _members(original, ours[index])
+    sent_again = _members(rebuilt, theirs[index])
+    assert len(sent_before) >= messages and len(sent_again) > messages
+    start, end = sent_before[moved_marker]
+    assert original[start:end].count(MARKER) == 1, "no breakpoint where the test expects one"
+    expected = (
+        original[:start]
+        + original[start:end].replace(MARKER, b"")
+        + original[end : sent_before[messages - 1][1]]
+    )
+    got = rebuilt[: sent_again[messages - 1][1]]
+    assert got == expected, _first_difference(got, expected)
+
+
+def _first_difference(got: bytes, expected: bytes) -> str:
+    pairs = zip(got, expected, strict=False)
+    at = next((i for i, (x, y) in enumerate(pairs) if x != y), min(len(got), len(expected)))
+    near = slice(max(at - 40, 0), at + 40)
+    return f"first difference at byte {at}: {got[near]!r} != {expected[near]!r}"
 
 
 async def test_resume_and_fork_rebuild_a_byte_identical_request_prefix(
     store: Store, workspace: Path
 ) -> None:
+    """Through the real Anthropic SDK, the bytes the loopback Messages API receives: a resumed
+    and a forked thread resend the original request's stable prefix byte for byte, so the
+    prompt cache reads it."""
+    turns = [
+        {"content": [{"type": "tool_use", "name": "list_files", "input": {}}]},
+        {"content": "done"},
+        {"content": "again"},
+    ]
+
+    def reply(request: dict[str, Any]) -> dict[str, Any]:
+        k = sum(1 for m in request["messages"] if m["role"] == "assistant")
+        return turns[min(k, len(turns) - 1)]
+
     tid = await new_worker(store)
-    model = scripted(
-        tool_response(("list_files", {})), text_response("done"), text_response("again")
-    )
-    await run(store, tid, model, workspace)
-    first = model.requests[-1]
-    await run(store, tid, model, workspace, message="one more thing")
-    resumed = model.requests[-1]
-    assert resumed.system == first.system and resumed.tools == first.tools
-    assert _request_json(resumed)[: len(first.messages)] == _request_json(first)
-    fork = await store.fork(tid, at=3, messages=[NewMessage.user("try another way")])
-    await run(store, fork.id, model, workspace)
-    forked = model.requests[-1]
-    assert _request_json(forked)[:3] == _request_json(first)[:3]
+    with FakeMessagesAPI() as api:
+        api.respond_with(reply)
+        model = AnthropicModel("claude-sonnet-4-5", api_key="sk-test", base_url=api.base_url)
+        try:
+            await run(store, tid, model, workspace)  # type: ignore[arg-type]
+            first = len(api.message_bodies) - 1  # messages 1-3: prompt, tool call, its result
+            await run(store, tid, model, workspace, message="one more thing")  # type: ignore[arg-type]
+            resumed = len(api.message_bodies) - 1  # 1-3, "done", "one more thing"
+            fork = await store.fork(tid, at=3, messages=[NewMessage.user("try another way")])
+            await run(store, fork.id, model, workspace)  # type: ignore[arg-type]
+            forked = len(api.message_bodies) - 1  # 1-3, "try another way"
+        finally:
+            await model.aclose()
+    assert not api.rejections and (first, resumed, forked) == (1, 2, 3)
+    bodies = api.message_bodies
+    # resumed: the original's last request is its prefix; the breakpoint on message 3 (the
+    # original's newest) is repeated, the one on message 1 has rolled off
+    assert_rebuilt_prefix(bodies[first], bodies[resumed], messages=3, moved_marker=0)
+    # forked at 3: message 1 keeps its breakpoint (before the newest assistant turn), message 3
+    # is no longer the newest
+    assert_rebuilt_prefix(bodies[first], bodies[forked], messages=3, moved_marker=2)
+    # and the cache says so: the resumed request reads all that the original sent; the fork,
+    # all up to its breakpoint on message 1, which the run's opening request (0) wrote
+    usage = api.usages
+    sent = usage[first]["cache_read_input_tokens"] + usage[first]["cache_creation_input_tokens"]
+    assert usage[resumed]["cache_read_input_tokens"] == sent
+    assert usage[forked]["cache_read_input_tokens"] == usage[0]["cache_creation_input_tokens"] > 0
 
 
 async def test_thread_timeout_fails_it_and_answers_the_running_call(
