@@ -222,13 +222,15 @@ def _unique(call_id: Any, used: set[str]) -> str:
 def _arguments(raw: Any) -> dict[str, Any]:
     if isinstance(raw, dict):  # a few servers send the object itself
         return raw
-    if raw is None or raw == "":
-        return {}
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}  # no arguments given: the tool says which it requires
     if isinstance(raw, str):
         try:
             parsed = json.loads(raw)
         except json.JSONDecodeError:
             return {RAW_ARGUMENTS_KEY: raw}
+        if parsed is None:
+            return {}
         if isinstance(parsed, dict):
             return parsed
     return {RAW_ARGUMENTS_KEY: raw if isinstance(raw, str) else json.dumps(raw)}
