@@ -33,9 +33,11 @@ def exit_code(outcome: JobOutcome) -> int:
 
 def render(outcome: JobOutcome, *, hints: list[str] | None = None) -> Callable[[Printer], None]:
     def write(p: Printer) -> None:
+        from ._report import write_report
+
         out = _Visible(p.stream)
         if outcome.report:
-            out.write(outcome.report.rstrip() + "\n\n")
+            write_report(p, outcome.report)  # Markdown rendered on a terminal, exact text if not
         if outcome.workers:
             out.write("workers:\n")
             width = max(len(w.task or "") for w in outcome.workers)
@@ -44,7 +46,15 @@ def render(outcome: JobOutcome, *, hints: list[str] | None = None) -> Callable[[
                 summary = first[0] if first else ""
                 if len(summary) > 100:
                     summary = summary[:99] + "…"
-                out.write(f"  {w.ref}  {(w.task or ''):<{width}}  {w.status:<11} {summary}\n")
+                head = f"  {w.ref}  {(w.task or ''):<{width}}  {w.status:<11} "
+                if p.styled:  # on a terminal one line per worker: cut, never wrapped
+                    from store import redact
+
+                    from ._render import cell_width, fit, visible
+
+                    room = max(p.console.width - cell_width(head), 10)
+                    summary = fit(visible(redact(summary)), room)
+                out.write(head + summary + "\n")
             out.write("\n")
         u = outcome.usage
         out.write(
@@ -124,6 +134,18 @@ async def _orchestrate(
 @click.option(
     "--budget-tokens", type=click.IntRange(min=0), help="Token budget of the whole job; 0: none."
 )
+@click.option(
+    "--max-output-tokens",
+    metavar="N",
+    type=click.IntRange(min=1),
+    help="Output-token ceiling of each model reply ([job] max_output_tokens).",
+)
+@click.option(
+    "--request-timeout",
+    metavar="S",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds one model request may take before it is cut ([job] request_timeout_s).",
+)
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -132,6 +154,8 @@ def run(
     worker_model: str | None,
     max_parallel: int | None,
     budget_tokens: int | None,
+    max_output_tokens: int | None,
+    request_timeout: float | None,
 ) -> None:
     """Run a job file to the end: the lead dispatches the tasks to workers, reviews their
     results and writes the report. Shows live progress on a terminal."""
@@ -144,6 +168,8 @@ def run(
         worker_model=worker_model,
         max_parallel=max_parallel,
         budget_tokens=budget_tokens,
+        max_output_tokens=max_output_tokens,
+        request_timeout_s=request_timeout,
     )
     _check_models(job)
     _check_sandbox(job)
@@ -165,14 +191,6 @@ def demo(ctx: click.Context, keep: str | None) -> None:
     app = get_app(ctx)
     from ._jobfile import load_job
 
-    check = subprocess.run(
-        [sys.executable, "-c", "import pytest"], capture_output=True, check=False, timeout=60
-    )
-    if check.returncode != 0:
-        raise CliError(
-            "the demo's sample repository runs its tests with pytest, which is not installed"
-            " for this Python: pip install 'threadloom[demo]' (or pip install pytest)"
-        )
     bundle = resources.files("orchestrator").joinpath("demo")
     if keep:
         target = Path(keep).resolve()
@@ -182,26 +200,33 @@ def demo(ctx: click.Context, keep: str | None) -> None:
         # kept after the run (like mktemp -d): the hints below resume and fork its workers
         target = Path(tempfile.mkdtemp(prefix="threadloom-demo-")) / "calc"
     with resources.as_file(bundle) as bundle_dir:
-        shutil.copytree(bundle_dir / "sample", target, dirs_exist_ok=True)
+        # not the bytecode pip compiled at install time: the copy is the user's repository
+        ignore = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(bundle_dir / "sample", target, dirs_exist_ok=True, ignore=ignore)
         job = load_job(bundle_dir / "job.toml")
         job = job.model_copy(update={"workspace": str(target), "model": job.lead_model})
-    # the workers run `python -m pytest`: the Python that runs threadloom has pytest available
+    # the workers run `python -m unittest` and `python -m calc`: the standard library of the
+    # Python that runs threadloom is all they need, so `pip install threadloom` is enough
     bindir = str(Path(sys.executable).parent)
     env = {"PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
 
     def hints(outcome: JobOutcome) -> list[str]:
         check = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+            [sys.executable, "-m", "unittest"],
             cwd=target,
             capture_output=True,
             text=True,
             timeout=300,
             check=False,
         )
-        tail = (check.stdout.strip().splitlines() or ["(no output)"])[-1]
+        # unittest reports on stderr: "Ran 39 tests in 0.004s", a blank line, then "OK" or
+        # "FAILED (failures=1, errors=2)"
+        lines = check.stderr.strip().splitlines()
+        ran = next((ln for ln in reversed(lines) if ln.startswith("Ran ")), "")
+        tail = ", ".join(filter(None, [ran.split(" in ")[0], lines[-1] if lines else ""]))
         return [
             f"\nthe sample repository: {target}",
-            f"its tests now: {tail}",
+            f"its tests now (python -m unittest): {tail or '(no output)'}",
             *_next_steps(outcome),
         ]
 

@@ -41,7 +41,9 @@ Faults — ``.inject(kind, times=n, **params)`` applies to the next n requests, 
 ``"drop"`` closes the connection without a response; ``"spend_limit"`` a 429 saying the spend
 limit is reached (param ``message``); ``"too_long"`` a 400 ``prompt is too long: N tokens > 200000
 maximum``; ``"slow"`` sleeps ``delay_s`` (default 1.0) before answering normally — set the client's
-timeout below it.
+timeout below it; ``"body"`` answers ``status`` (default 200) with exactly ``body`` — bytes or a
+str sent as they are, anything else as its JSON — and ``content_type`` (default
+``application/json``): a reply that is not the API's shape.
 
 Usage comes from a prefix-cache simulation. Tokens are estimated as ceil(chars/4) of each block's
 canonical JSON (sorted keys, no spaces, ``cache_control`` removed), blocks taken in the order the
@@ -66,6 +68,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import signal
 import sys
@@ -107,7 +110,9 @@ def _error_body(error_type: str, message: str) -> dict[str, Any]:
 class FakeMessagesAPI(FakeServer):
     """See the module docstring."""
 
-    FAULT_KINDS = frozenset({"429", "529", "500", "drop", "spend_limit", "too_long", "slow"})
+    FAULT_KINDS = frozenset(
+        {"429", "529", "500", "drop", "spend_limit", "too_long", "slow", "body"}
+    )
 
     def __init__(
         self,
@@ -276,6 +281,12 @@ class FakeMessagesAPI(FakeServer):
         if kind == "slow":
             self.sleep(float(params.get("delay_s", 1.0)))
             return None  # then answer normally
+        if kind == "body":
+            body = params.get("body", b"")
+            if not isinstance(body, bytes):
+                body = (body if isinstance(body, str) else json.dumps(body)).encode()
+            headers = {"content-type": str(params.get("content_type", "application/json"))}
+            return Reply(int(params.get("status", 200)), body, headers)
         raise AssertionError(kind)  # pragma: no cover
 
 
