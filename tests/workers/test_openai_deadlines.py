@@ -158,3 +158,30 @@ async def test_the_output_token_cap_is_what_the_server_receives(
     await capped.complete(req(8192))
     await capped.aclose()
     assert [r["max_tokens"] for r in api.chat_requests] == [DEFAULT_MAX_TOKENS, 512]
+
+
+async def test_without_retries_a_deadline_still_says_which_knob_to_turn(api: FakeChatAPI) -> None:
+    api.inject("dribble", interval_s=0.05)
+    model = OpenAIChatModel("m", api.base_url, timeout=0.3, max_retries=0)
+    try:
+        with pytest.raises(ProviderUnavailable) as info:
+            await asyncio.wait_for(model.complete(req()), HANG_GUARD_S)
+    finally:
+        await model.aclose()
+    assert "request_timeout_s" in str(info.value) and "now 4096" in str(info.value)
+    assert len(api.requests) == 1
+
+
+async def test_a_cancelled_request_closes_its_connection_too(api: FakeChatAPI) -> None:
+    # a worker's own timeout_s or Ctrl-C cancels the call: the server must see the client go
+    api.inject("dribble", interval_s=0.05)
+    model = OpenAIChatModel("m", api.base_url, timeout=60)
+    try:
+        call = asyncio.create_task(model.complete(req()))
+        assert await asyncio.to_thread(api.wait_for_requests, 1, timeout=5.0)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+    finally:
+        await model.aclose()
+    assert await asyncio.to_thread(api.wait_for_disconnects, 1, timeout=5.0)

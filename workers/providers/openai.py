@@ -189,12 +189,13 @@ class OpenAIChatModel:
             except _DeadlinePassed as exc:
                 deadlines += 1
                 failure: Exception = exc
-                reason = f"no complete answer within the {self._timeout:g} s request timeout"
+                reason = (
+                    f"no complete answer within the {self._timeout:g} s request timeout "
+                    f"(raise request_timeout_s, or lower max_output_tokens, now {max_tokens})"
+                )
                 if deadlines > 1:  # retried once already (module docstring)
                     raise ProviderUnavailable(
-                        f"{where}: {reason} (twice; raise request_timeout_s or lower "
-                        f"max_output_tokens, now {max_tokens})",
-                        attempts=attempt,
+                        f"{where}: {reason}, twice", attempts=attempt
                     ) from exc
             except httpx.TransportError as exc:  # connect/read/write errors, httpx's timeouts
                 failure = exc
