@@ -26,8 +26,9 @@ keeps its text beside the recognised call; a body that is not the API's shape is
 
 Time: ``timeout`` is a deadline for the whole of one attempt (connect, the server's queue and
 prompt reading, generation, the body), not httpx's per-read timeout, which a server dribbling bytes
-never trips. An attempt past its deadline is cancelled and its connection closed, so the server sees
-the client go and stops generating (llama-server, vLLM and Ollama all do).
+never trips. An attempt past its deadline is cancelled and its connection closed (as is one
+cancelled from outside: a worker's ``timeout_s``, Ctrl-C), so a server that watches for it stops
+generating (current llama-server, vLLM and Ollama cancel a request whose client has gone).
 
 Retries as for Anthropic: 408/429/5xx (not 501) and connection errors, with exponential backoff
 and jitter, honouring ``Retry-After``; an attempt that ran out its deadline is retried once only
@@ -52,14 +53,12 @@ import structlog
 
 from store import MASK, NewMessage, TextBlock, ToolResultBlock, ToolUseBlock, Usage, redact
 from workers._protocol import ModelRequest, ModelResponse
-from workers.errors import ContextTooLong, ProviderUnavailable
+from workers.errors import ContextTooLong, ModelSpecError, ProviderUnavailable
 
 from ._openai_errors import SPEND_LIMIT, error_text, is_context_overflow, overflow_message
-from ._openai_response import RAW_ARGUMENTS_KEY, parse_response
+from ._openai_response import parse_response
 from ._pricing import cost_usd
 from ._retry import RetryPolicy, final_error, parse_retry_after
-
-__all__ = ["DEFAULT_MAX_TOKENS", "DEFAULT_TIMEOUT_S", "RAW_ARGUMENTS_KEY", "OpenAIChatModel"]
 
 log = structlog.get_logger(__name__)
 
@@ -70,9 +69,11 @@ stuck repeating itself burns with the loop's 8,192 — and vLLM refuses any requ
 plus ``max_tokens`` exceeds ``--max-model-len``, so asking for less fits more servers."""
 
 DEFAULT_TIMEOUT_S = 300.0
-"""Seconds one attempt may take, end to end. A 1-2B model on a few CPU cores reads a long prompt
-and writes ``DEFAULT_MAX_TOKENS`` well inside it; past it a server is stuck or far too slow, and a
-worker (``timeout_s`` 900 by default) still has time for the retry and its next turns."""
+"""Seconds one attempt may take, end to end. A 1-2B model on a few CPU cores (~20 tokens/s) reads
+a long prompt and writes ``DEFAULT_MAX_TOKENS`` within it; past it a server is stuck or far too
+slow, and a worker (``timeout_s`` 900 by default) still has time for the one retry. Bigger models on
+CPU, or a single server slot shared by parallel workers (requests queue), need a larger
+``request_timeout_s``."""
 
 
 def chat_completions_url(base_url: str) -> str:
@@ -117,10 +118,13 @@ class OpenAIChatModel:
         retry_after_cap: float = 60.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        if timeout <= 0:
-            raise ValueError("timeout must be > 0 seconds")
+        # bad input, not a bug: ModelSpecError is exit 2 and a ValueError
+        if not timeout > 0:
+            raise ModelSpecError(f"openai:{model}@{base_url}: timeout must be > 0 s, got {timeout}")
         if max_tokens is not None and max_tokens < 1:
-            raise ValueError("max_tokens must be >= 1")
+            raise ModelSpecError(
+                f"openai:{model}@{base_url}: max_tokens must be >= 1, got {max_tokens}"
+            )
         self._model = model
         self._base_url = base_url
         self._url = chat_completions_url(base_url)
