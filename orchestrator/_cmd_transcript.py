@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import sys
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 import click
 
@@ -12,7 +15,9 @@ from ._errors import CliError
 from .cli import Output, command, run_command
 
 if TYPE_CHECKING:
-    from store import Store
+    from store import Message, Store, ThreadInfo
+
+    from ._render import Printer
 
 # ----------------------------------------------------------------- export
 
@@ -43,27 +48,69 @@ def export(ctx: click.Context, ref: str, fmt: str, redact: bool) -> None:
 
     The export is the record, secrets included; --redact masks the configured API keys and
     values that look like secrets (a redacted jsonl export still imports).
-    """
-    from store import dump_transcript
 
-    from ._thread_view import markdown
+    Tool outputs too large to keep inline are stored apart; they are exported whole all the
+    same, streamed from the store through a temporary file, so memory stays bounded (except
+    with --json or --redact, which hold the whole export in memory).
+    """
+    from .cli import get_app
+
+    as_json = get_app(ctx).json
 
     async def go(store: Store) -> Output:
         resolved = await store.resolve(ref)
         info = resolved.thread
         msgs = await store.messages(info.id, start=resolved.start or 1, end=resolved.end)
+        spool = tempfile.TemporaryFile("w+", encoding="utf-8", newline="")  # noqa: SIM115
         if fmt == "md":
-            totals = await store.usage_totals(thread_id=info.id)
-            from store import Usage
-
-            usage = totals[0].usage if totals else Usage()
-            text = markdown(info, msgs, usage=usage, cost=totals[0].cost_usd if totals else 0.0)
+            await _write_markdown(store, spool, info, msgs)
         else:
-            text = dump_transcript(msgs)
-        data = {"ref": info.ref, "format": fmt, "messages": len(msgs), "text": text}
+            await _write_jsonl(store, spool, msgs)
+        spool.seek(0)
+        data = {"ref": info.ref, "format": fmt, "messages": len(msgs)}
+        if as_json:
+            data["text"] = spool.read()
+            spool.close()
+
+        def text(p: Printer) -> None:
+            with spool:
+                while piece := spool.read(1 << 20):
+                    p.write(piece)
+
         return Output(data, text, redact=redact, verbatim=True)  # the record, byte for byte
 
     run_command(ctx, go)
+
+
+async def _write_jsonl(store: Store, out: IO[str], msgs: Sequence[Message]) -> None:
+    """``dump_transcript(msgs)`` into ``out``, each output stored apart streamed whole."""
+    from store import transcript_parts
+
+    for m in msgs:
+        for part in transcript_parts(m):
+            if isinstance(part, str):
+                out.write(part)
+                continue
+            async for piece in store.output_pieces(m.thread_id, m.seq, part.tool_use_id):
+                out.write(json.dumps(piece, ensure_ascii=False)[1:-1])
+        out.write("\n")
+
+
+async def _write_markdown(
+    store: Store, out: IO[str], info: ThreadInfo, msgs: Sequence[Message]
+) -> None:
+    from store import Usage
+
+    from ._thread_view import WholeOutputs, write_markdown
+
+    totals = await store.usage_totals(thread_id=info.id)
+    usage = totals[0].usage if totals else Usage()
+    whole = await WholeOutputs.spool(store, msgs)
+    try:
+        cost = totals[0].cost_usd if totals else 0.0
+        write_markdown(out.write, info, msgs, usage=usage, cost=cost, whole=whole)
+    finally:
+        whole.close()
 
 
 # ----------------------------------------------------------------- import

@@ -3,6 +3,12 @@
 A page never exceeds ``max_chars``; it names the range it shows and the ref of the next page, so
 the reader walks a long transcript in steps whose size it chooses, and its context only grows by
 what it asked for.
+
+A message larger than a page (in ``messages`` and ``tool_outputs`` modes: one with a tool output
+stored apart, ``ToolResultBlock.stored``) is paged through itself, its whole outputs read from
+the store a page at a time: the next-page ref then carries a character offset into that
+message's text, ``T-<id>#7-@120000`` (the range as asked, then ``@`` and the offset). ``overview``
+and ``grep`` see such an output's inline preview (its head and tail).
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from store import (
+    ContentBlock,
     Message,
+    ResolvedRef,
     Store,
     TextBlock,
     ThinkingBlock,
@@ -50,6 +58,10 @@ def _call(use: ToolUseBlock, limit: int = 160) -> str:
     return _one_line(f"{use.name}({args})", limit)
 
 
+def _stored_chars(b: ToolResultBlock) -> int:
+    return b.stored.chars if b.stored is not None else len(b.text)
+
+
 def overview_line(msg: Message, thread_id: str) -> str:
     parts: list[str] = []
     for b in msg.content:
@@ -63,24 +75,28 @@ def overview_line(msg: Message, thread_id: str) -> str:
             text = b.text
             status = "error" if b.is_error else "ok"
             first = _one_line(text, 80)
-            parts.append(
-                f"← {status} · {text.count(chr(10)) + 1} lines · {len(text):,} chars: {first}"
-            )
+            if b.stored is not None:
+                size = f"{b.stored.chars:,} chars, stored apart"
+            else:
+                size = f"{text.count(chr(10)) + 1} lines · {len(text):,} chars"
+            parts.append(f"← {status} · {size}: {first}")
     return f"{format_ref(thread_id, msg.seq)} {msg.role}: " + " | ".join(parts)
 
 
 def message_text(msg: Message, thread_id: str) -> str:
     out = [f"--- {format_ref(thread_id, msg.seq)} {msg.role}"]
-    for b in msg.content:
-        if isinstance(b, TextBlock):
-            out.append(b.text)
-        elif isinstance(b, ThinkingBlock):
-            out.append(f"(thinking) {b.thinking}")
-        elif isinstance(b, ToolUseBlock):
-            out.append(f"→ {b.name} {json.dumps(b.input, ensure_ascii=False)}")
-        elif isinstance(b, ToolResultBlock):
-            out.append(f"← {'error' if b.is_error else 'result'}:\n{b.text}")
+    out += [_block_text(b) for b in msg.content]
     return "\n".join(out)
+
+
+def _block_text(b: ContentBlock) -> str:
+    if isinstance(b, TextBlock):
+        return b.text
+    if isinstance(b, ThinkingBlock):
+        return f"(thinking) {b.thinking}"
+    if isinstance(b, ToolUseBlock):
+        return f"→ {b.name} {json.dumps(b.input, ensure_ascii=False)}"
+    return f"← {'error' if b.is_error else 'result'}:\n{b.text}"
 
 
 def _tool_outputs_text(msg: Message, thread_id: str) -> str | None:
@@ -91,6 +107,60 @@ def _tool_outputs_text(msg: Message, thread_id: str) -> str | None:
     for r in results:
         chunks.append(f"[{r.tool_use_id}{' error' if r.is_error else ''}]\n{r.text}")
     return "\n".join(chunks)
+
+
+Part = str | ToolResultBlock
+"""A piece of a message's text: literal, or the whole output of a block stored apart."""
+
+
+def _parts(msg: Message, thread_id: str, mode: Mode) -> list[Part] | None:
+    """``message_text`` (mode ``messages``) or ``_tool_outputs_text`` (``tool_outputs``) of
+    ``msg`` with each output stored apart left as its block; None when the mode shows nothing
+    of the message."""
+    if mode == "tool_outputs":
+        results = [b for b in msg.content if isinstance(b, ToolResultBlock)]
+        if not results:
+            return None
+        parts: list[Part] = [f"--- {format_ref(thread_id, msg.seq)} tool outputs"]
+        for r in results:
+            parts.append(f"\n[{r.tool_use_id}{' error' if r.is_error else ''}]\n")
+            parts.append(r if r.stored is not None else r.text)
+        return parts
+    parts = [f"--- {format_ref(thread_id, msg.seq)} {msg.role}"]
+    for b in msg.content:
+        if isinstance(b, ToolResultBlock) and b.stored is not None:
+            parts += [f"\n← {'error' if b.is_error else 'result'}:\n", b]
+        else:
+            parts.append("\n" + _block_text(b))
+    return parts
+
+
+def _part_len(part: Part) -> int:
+    return len(part) if isinstance(part, str) else _stored_chars(part)
+
+
+async def _slice(store: Store, msg: Message, parts: Sequence[Part], start: int, n: int) -> str:
+    """Characters ``start..start+n`` of the text ``parts`` make, reading stored outputs from
+    the store only where the slice falls."""
+    out: list[str] = []
+    pos = 0
+    end = start + n
+    for part in parts:
+        size = _part_len(part)
+        lo, hi = max(start - pos, 0), min(end - pos, size)
+        if lo < hi:
+            if isinstance(part, str):
+                out.append(part[lo:hi])
+            else:
+                out.append(await store.output_text(msg, part, start=lo, end=hi))
+        pos += size
+        if pos >= end:
+            break
+    return "".join(out)
+
+
+def _has_stored(msg: Message) -> bool:
+    return any(isinstance(b, ToolResultBlock) and b.stored is not None for b in msg.content)
 
 
 def _grep_lines(msg: Message, thread_id: str, pattern: re.Pattern[str]) -> list[str]:
@@ -141,6 +211,8 @@ def paginate(
         else:
             assert rx is not None
             pieces = _grep_lines(msg, thread_id, rx)
+        if body and mode in ("messages", "tool_outputs") and _has_stored(msg):
+            break  # paged through on its own, from the next page (``read_page``)
         chunk = "\n".join(pieces)
         cost = len(chunk) + 1 if chunk else 0
         if used + cost > budget:
@@ -181,9 +253,21 @@ async def read_page(
     pattern: str | None = None,
     max_chars: int = DEFAULT_MAX_CHARS,
 ) -> Page:
-    """The page of ``ref`` (a thread, or a range in it) in ``mode``, at most ``max_chars``."""
+    """The page of ``ref`` (a thread, or a range in it; ``…@N``: from character N of its first
+    message) in ``mode``, at most ``max_chars``."""
     if mode not in ("messages", "overview", "tool_outputs", "grep"):
         raise ReadError(f"unknown mode {mode!r}: use messages, overview, tool_outputs or grep")
+    offset = 0
+    base, at, tail = ref.rpartition("@")
+    if at:
+        if "#" not in base or not tail.isascii() or not tail.isdigit() or len(tail) > 18:
+            raise ReadError(
+                f"bad ref {ref[:80]!r}: after '@' comes a character offset into the ref's first"
+                " message (T-…#7@120000)"
+            )
+        if mode not in ("messages", "tool_outputs"):
+            raise ReadError(f"a character offset ({ref[:80]!r}) pages messages or tool_outputs")
+        ref, offset = base, int(tail)
     asked = int(max_chars)
     max_chars = max(MIN_MAX_CHARS, min(asked, MAX_MAX_CHARS))
     note = (
@@ -199,6 +283,12 @@ async def read_page(
     # one page comes from a bounded window of messages, whatever the thread's length
     window = {"overview": max(20, max_chars // 40), "grep": 500}.get(mode, 50)
     msgs = await store.messages(info.id, start=start, end=min(range_end, start + window - 1))
+    if msgs and mode in ("messages", "tool_outputs") and (offset or _has_stored(msgs[0])):
+        parts = _parts(msgs[0], info.id, mode)
+        if parts is not None:
+            return await _page_in_message(
+                store, info.id, msgs[0], parts, offset, max_chars, info.head_seq, resolved, note
+            )
     return paginate(
         info.id,
         msgs,
@@ -209,3 +299,46 @@ async def read_page(
         pattern=pattern,
         note=note,
     )
+
+
+async def _page_in_message(
+    store: Store,
+    thread_id: str,
+    msg: Message,
+    parts: Sequence[Part],
+    offset: int,
+    max_chars: int,
+    total: int,
+    resolved: ResolvedRef,
+    note: str,
+) -> Page:
+    """One page of a single message's text from character ``offset``, its outputs stored
+    apart read only where the page falls."""
+    size = sum(_part_len(p) for p in parts)
+    offset = min(offset, size)
+    budget = max(max_chars - 300, 100)  # room for the header and footer lines
+    body = await _slice(store, msg, parts, offset, budget)
+    end = offset + len(body)
+    range_end = total if resolved.end is None else resolved.end
+    open_end = resolved.end is None or resolved.end >= total
+    if end < size:
+        anchor = format_ref(thread_id, msg.seq, None if open_end else range_end, open_end)
+        if not open_end and range_end == msg.seq:
+            anchor = format_ref(thread_id, msg.seq)
+        next_ref: str | None = f"{anchor}@{end}"
+    elif msg.seq < range_end:
+        next_ref = (
+            format_ref(thread_id, msg.seq + 1, None, True)
+            if open_end
+            else format_ref(thread_id, msg.seq + 1, range_end)
+        )
+    else:
+        next_ref = None
+    header = (
+        f"{format_ref(thread_id, msg.seq)} of {total} messages: characters {offset:,}-{end:,}"
+        f" of its {size:,}"
+    )
+    if note:
+        header += f"\n{note}"
+    footer = f"next page: {next_ref}" if next_ref else "(end of range)"
+    return Page("\n".join([header, body, footer])[:max_chars], next_ref)

@@ -4,6 +4,10 @@ The request is a pure function of what is stored (system prompt, tool specs in t
 order, the visible history) so a resumed or forked thread sends a byte-identical prefix and the
 provider's prompt cache keeps hitting. Tool outputs are stored whole; the model sees each one
 capped, head and tail kept, with a marker naming the omitted size and the ref of the whole output.
+An output stored apart (``ToolResultBlock.stored``: too large to keep inline) is seen exactly as
+it would be inline: its preview holds enough of its head and tail for the cap, and the marker
+gives the whole output's size. The request never carries ``stored`` (each tool result is rebuilt
+as a plain block).
 """
 
 from __future__ import annotations
@@ -21,14 +25,32 @@ def cap_text(text: str, cap: int, ref: str) -> str:
     """``text`` if it fits in ``cap`` characters, else its head and tail around a marker."""
     if len(text) <= cap:
         return text
-    head = (cap * 2) // 3
-    tail = cap - head
-    omitted = len(text) - head - tail
+    return _capped(text, text, len(text), cap, ref)
+
+
+def _capped(head_text: str, tail_text: str, total: int, cap: int, ref: str) -> str:
+    """The capped view of an output of ``total`` characters that starts with ``head_text`` and
+    ends with ``tail_text`` (the same string for an inline output)."""
+    head = min((cap * 2) // 3, len(head_text))
+    tail = min(cap - (cap * 2) // 3, len(tail_text))
+    omitted = total - head - tail
     marker = (
-        f"\n\n[… {omitted:,} characters omitted ({len(text):,} in all); the whole output is"
+        f"\n\n[… {omitted:,} characters omitted ({total:,} in all); the whole output is"
         f" stored at {ref} — read it with read_thread or `threadloom show {ref} --raw` …]\n\n"
     )
-    return text[:head] + marker + text[-tail:]
+    return head_text[:head] + marker + (tail_text[len(tail_text) - tail :] if tail else "")
+
+
+def capped_view(block: ToolResultBlock, cap: int, ref: str) -> str:
+    """What the model sees of one tool output: whole when it fits ``cap``, else head and tail
+    around a marker giving the whole output's size (also for an output stored apart)."""
+    stored = block.stored
+    if stored is None:
+        return cap_text(block.text, cap, ref)
+    preview = block.text
+    head_text = preview[: stored.head]
+    tail_text = preview[len(preview) - stored.tail :] if stored.tail else ""
+    return _capped(head_text, tail_text, stored.chars, cap, ref)
 
 
 def model_view(msg: Message, cap: int) -> NewMessage:
@@ -43,7 +65,7 @@ def model_view(msg: Message, cap: int) -> NewMessage:
         if isinstance(b, ToolResultBlock):
             b = ToolResultBlock(
                 tool_use_id=b.tool_use_id,
-                content=f"[{ref}]\n{cap_text(b.text, cap, ref)}",
+                content=f"[{ref}]\n{capped_view(b, cap, ref)}",
                 is_error=b.is_error,
             )
         blocks.append(b)

@@ -16,9 +16,13 @@ The contract:
   group is killed (this also keeps a background child holding the output pipe from hanging us).
   On timeout the whole group is killed and an error result returns promptly with the output so
   far; on cancellation the group is killed and ``CancelledError`` propagates.
-- The output is read as a stream and kept whole up to ``output_cap_bytes`` (64 MiB); beyond that
-  the head and the tail are kept around a marker giving the omitted size. Capping what the model
-  sees is the loop's job, not this tool's. The result ends with ``[exit code: N]``; a non-zero exit
+- The output is read as a stream and kept whole: in memory up to ``SPILL_BYTES`` (4 MiB), then in
+  an anonymous temporary file (``store.OutputFile``, returned as a ``SpooledOutput`` that the loop
+  streams into the store, so memory stays bounded whatever the size), up to ``output_cap_bytes``
+  (``store.MAX_OUTPUT_BYTES``, 4 GiB); beyond that cap the first bytes and the last
+  ``TAIL_KEEP`` (1 MiB) are kept around a marker giving the omitted size (a cap at or below
+  ``SPILL_BYTES`` keeps half and half in memory). Capping what the model sees is the loop's job,
+  not this tool's. The result ends with ``[exit code: N]``; a non-zero exit
   is a normal result (the model reads the code), ``is_error`` is for timeouts and failures to start.
 
 The shell's exit is detected with ``waitid(WNOWAIT)`` on a helper thread, not by asyncio's
@@ -46,13 +50,17 @@ from collections.abc import Mapping
 
 from pydantic import Field
 
-from store import configured_secrets
+from store import MAX_OUTPUT_BYTES, OutputFile, configured_secrets
 
 from ._base import Tool, ToolContext, ToolInput, ToolOutput
 from ._sandbox import bwrap_argv, sandbox_status
 
 MAX_TIMEOUT_S = 600.0
-DEFAULT_OUTPUT_CAP = 64 * 1024 * 1024
+DEFAULT_OUTPUT_CAP = MAX_OUTPUT_BYTES
+SPILL_BYTES = 4 << 20
+"""Output past this many bytes goes to a temporary file instead of memory."""
+TAIL_KEEP = 1 << 20
+"""Of an output beyond the cap (spilled to a file), the last bytes kept after the marker."""
 DRAIN_GRACE_S = 2.0
 """After the group is killed, how long to wait for the pipe to reach EOF: only a process that
 left the group (``setsid``) can hold it open longer, and we stop reading rather than wait on it."""
@@ -167,8 +175,8 @@ class BashTool(Tool[BashInput]):
             raise
         if timed_out:
             footer = f"\n[timed out after {timeout:g} s; the command's process group was killed]"
-            return ToolOutput(run.output.text(footer), is_error=True)
-        return ToolOutput(run.output.text(f"\n[exit code: {_describe_exit(code)}]"))
+            return run.output.result(footer, is_error=True)
+        return run.output.result(f"\n[exit code: {_describe_exit(code)}]")
 
 
 def scrubbed_environment(
@@ -197,20 +205,59 @@ def _describe_exit(code: int) -> str:
         return str(code)
 
 
-class OutputBuffer:
-    """The command's output: whole up to ``cap`` bytes; beyond, the first and last halves."""
+class SpooledOutput(ToolOutput):
+    """A ``ToolOutput`` whose text is in ``file`` rather than in memory. The loop streams the
+    file into the store (``Store.append(output_files=…)``) and closes it; ``text`` reads it whole,
+    for callers that want the string and can afford it."""
 
-    def __init__(self, cap: int) -> None:
+    file: OutputFile
+
+    def __init__(self, file: OutputFile, *, is_error: bool = False) -> None:
+        object.__setattr__(self, "file", file)
+        object.__setattr__(self, "is_error", is_error)
+
+    @property
+    def text(self) -> str:
+        return b"".join(self.file.chunks()).decode("utf-8", "replace")
+
+    def __repr__(self) -> str:
+        return f"SpooledOutput({self.file!r}, is_error={self.is_error})"
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+
+class OutputBuffer:
+    """The command's output: in memory up to ``spill`` bytes, then in a temporary file, whole up
+    to ``cap`` bytes; beyond the cap, its head and ``TAIL_KEEP`` bytes of tail (the first and last
+    halves when ``cap`` is at most ``spill``: then it never leaves memory)."""
+
+    def __init__(self, cap: int, *, spill: int = SPILL_BYTES) -> None:
         self.cap = cap
+        self.spill = spill if cap > spill else None
+        self.file: OutputFile | None = None
         self.head = bytearray()
         self.tail: deque[bytes] = deque()
         self.tail_size = 0
         self.total = 0
         self.overflowed = False
+        self.last = b""
 
     def feed(self, data: bytes) -> None:
+        if not data:
+            return
         self.total += len(data)
+        self.last = data[-1:]
+        if self.file is not None:
+            self._feed_file(data)
+            return
         if not self.overflowed:
+            if self.spill is not None and len(self.head) + len(data) > self.spill:
+                self.file = OutputFile()
+                self.file.write(bytes(self.head))
+                self.head = bytearray()
+                self._feed_file(data)
+                return
             if len(self.head) + len(data) <= self.cap:
                 self.head += data
                 return
@@ -228,6 +275,36 @@ class OutputBuffer:
         tail_cap = self.cap - self.cap // 2
         while self.tail and self.tail_size - len(self.tail[0]) >= tail_cap:
             self.tail_size -= len(self.tail.popleft())
+
+    def _feed_file(self, data: bytes) -> None:
+        assert self.file is not None
+        room = self.cap - min(TAIL_KEEP, self.cap // 2) - self.file.size
+        if room > 0 and not self.tail:
+            self.file.write(data[:room])
+            data = data[room:]
+        if data:
+            self.tail.append(data)
+            self.tail_size += len(data)
+            keep = min(TAIL_KEEP, self.cap // 2)
+            while self.tail and self.tail_size - len(self.tail[0]) >= keep:
+                self.tail_size -= len(self.tail.popleft())
+
+    def result(self, footer: str, *, is_error: bool = False) -> ToolOutput:
+        """The output followed by ``footer``: a ``ToolOutput``, or a ``SpooledOutput`` once it
+        went to a file."""
+        if self.file is None:
+            return ToolOutput(self.text(footer), is_error=is_error)
+        tail = b"".join(self.tail)
+        self.tail.clear()
+        keep = min(TAIL_KEEP, self.cap // 2)
+        if self.total > self.cap:
+            tail = tail[len(tail) - keep :] if len(tail) > keep else tail
+            omitted = self.total - self.file.size - len(tail)
+            self.file.write(f"\n[… {omitted} bytes of output omitted …]\n".encode())
+        self.file.write(tail)
+        self.file.write((footer if self.last != b"\n" else footer.lstrip("\n")).encode())
+        file, self.file = self.file, None
+        return SpooledOutput(file, is_error=is_error)
 
     def text(self, footer: str) -> str:
         """The output as text followed by ``footer``. Decoded once, from one buffer: the output
