@@ -19,6 +19,7 @@ from store import (
     Status,
     Store,
     TextBlock,
+    ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
     Usage,
@@ -375,3 +376,41 @@ async def test_the_legacy_function_call_is_a_tool_call(
     reply = await model.complete(req())
     [use] = uses(reply.content)
     assert (use.name, use.input, reply.stop_reason) == ("read_file", {"path": "a"}, "tool_use")
+
+
+# --- reasoning ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["reasoning_content", "reasoning"])
+async def test_reasoning_a_server_parsed_out_is_kept_as_thinking_and_never_sent_back(
+    api: FakeChatAPI, model: OpenAIChatModel, key: str
+) -> None:
+    message = {"content": "The answer is 4.", key: "2 + 2 is 4."}
+    api.inject("body", body={"choices": [{"message": message, "finish_reason": "stop"}]})
+    reply = await model.complete(req())
+    assert reply.content == [
+        ThinkingBlock(thinking="2 + 2 is 4."),
+        TextBlock(text="The answer is 4."),
+    ]
+    await model.complete(
+        req(
+            NewMessage.user("go"),
+            NewMessage(role="assistant", content=reply.content),
+            NewMessage.user("and?"),
+        )
+    )
+    assert api.chat_requests[-1]["messages"][2] == {
+        "role": "assistant",
+        "content": "The answer is 4.",
+    }
+
+
+async def test_a_call_thought_about_inside_think_tags_is_not_a_call(
+    api: FakeChatAPI, model: OpenAIChatModel
+) -> None:
+    thought = (
+        '<think>\nMaybe:\n{"name": "read_file", "arguments": {"path": "a"}}\nNo.\n</think>\nDone.'
+    )
+    api.respond_with([{"content": thought}])
+    reply = await model.complete(req())
+    assert reply.content == [TextBlock(text=thought)] and reply.stop_reason == "end_turn"

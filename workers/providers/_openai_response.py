@@ -28,6 +28,9 @@ What servers get wrong, and what becomes of it:
   and taken out of input, and ``cache_creation_input_tokens`` as cache writes; with Anthropic-style
   ``input_tokens`` they are already apart. No usage at all (missing, null, no counts) is estimated
   at 4 characters a token from the request and the reply, so budgets still count.
+- reasoning a server parsed out of the reply (``reasoning_content``, or ``reasoning``) is kept
+  as a thinking block without a signature, first: stored, so nothing is hidden, and never sent
+  back (neither this provider nor the Anthropic one sends an unsigned thinking block);
 - an empty reply (no text, no calls) is a valid response with one empty text block.
 """
 
@@ -42,7 +45,7 @@ from typing import Any
 
 import structlog
 
-from store import ContentBlock, TextBlock, ToolUseBlock, Usage
+from store import ContentBlock, TextBlock, ThinkingBlock, ToolUseBlock, Usage
 from workers._protocol import ModelRequest, ModelResponse, StopReason
 from workers.errors import BadModelResponse, ContextTooLong
 
@@ -119,7 +122,12 @@ def parse_response(
     if stop is None and isinstance(refusal, str) and refusal and not calls:
         stop = "refusal"
 
-    content: list[ContentBlock] = [TextBlock(text=text)] if text else []
+    content: list[ContentBlock] = []
+    reasoning = _reasoning(message)
+    if reasoning:
+        content.append(ThinkingBlock(thinking=reasoning))
+    if text:
+        content.append(TextBlock(text=text))
     used = {b.id for m in request.messages for b in m.content if isinstance(b, ToolUseBlock)}
     for name, arguments, call_id in calls:
         content.append(ToolUseBlock(id=_unique(call_id, used), name=name, input=arguments))
@@ -184,6 +192,14 @@ def _content(raw: Any, bad: Callable[[str], BadModelResponse]) -> str:
                 raise bad(f"choices[0].message.content[{i}] is {_a(part)}, not a content part")
         return "".join(texts)
     raise bad(f"choices[0].message.content is {_a(raw)}, not a string")
+
+
+def _reasoning(message: dict[str, Any]) -> str:
+    for key in ("reasoning_content", "reasoning"):  # llama.cpp/vLLM/DeepSeek; Ollama/OpenRouter
+        value = message.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    return ""
 
 
 def _tool_calls(
@@ -273,9 +289,13 @@ def _usage(
 
 def _estimate(content: list[ContentBlock], prompt_chars: Callable[[], int]) -> Usage:
     reply = sum(
-        len(b.text) if isinstance(b, TextBlock) else len(json.dumps(b.input)) + len(b.name)
+        len(b.text)
+        if isinstance(b, TextBlock)
+        else len(b.thinking)
+        if isinstance(b, ThinkingBlock)
+        else len(json.dumps(b.input)) + len(b.name)
         for b in content
-        if isinstance(b, TextBlock | ToolUseBlock)
+        if isinstance(b, TextBlock | ThinkingBlock | ToolUseBlock)
     )
     log.debug("model.usage_estimated", provider="openai")
     return Usage(
