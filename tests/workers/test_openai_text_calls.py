@@ -58,22 +58,28 @@ READ_A = {"name": "read_file", "arguments": {"path": "a.py"}}
     [
         "I'll read it.\n```json\n" + json.dumps(READ_A) + "\n```",
         "```\n" + json.dumps(READ_A, indent=2) + "\n```",
+        "```json " + json.dumps(READ_A) + "```",
         json.dumps(READ_A),
         "Let me look at the file.\n" + json.dumps(READ_A),
         '{"name": "read_file", "parameters": {"path": "a.py"}}',
         '{"name": "read_file", "arguments": "{\\"path\\": \\"a.py\\"}"}',
         "<tool_call>\n" + json.dumps(READ_A) + "\n</tool_call>",
         json.dumps({"type": "function", "function": READ_A}),
+        '<|python_tag|>{"name": "read_file", "parameters": {"path": "a.py"}}',
+        "[TOOL_CALLS][" + json.dumps(READ_A) + "]",
     ],
     ids=[
         "fenced",
         "fence-no-lang",
+        "fence-one-line",
         "bare",
         "prose-then-bare",
         "parameters",
         "string-args",
         "hermes-tag",
         "api-shape",
+        "llama-python-tag",
+        "mistral-tool-calls",
     ],
 )
 async def test_a_tool_call_written_as_text_becomes_a_tool_use_and_the_text_stays(

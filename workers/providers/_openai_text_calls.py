@@ -10,7 +10,8 @@ It is deliberately narrow, so that a model *talking about* JSON is not taken for
 
 - what a reasoning model thinks aloud (``<think>…</think>``) is never read for calls;
 - a candidate is one fenced block (language ``json``, ``tool_call``, ``tool_code`` or none), one
-  ``<tool_call>`` block, or one JSON value starting at the beginning of a line outside those;
+  ``<tool_call>`` block, or one JSON value starting at the beginning of a line outside those (or
+  right after Llama 3's ``<|python_tag|>`` or Mistral's ``[TOOL_CALLS]``);
 - a candidate is an object or a non-empty list of objects, each ``{"name", "arguments"}`` or
   ``{"name", "parameters"}`` (arguments an object or a JSON string of one; ``id``/``type``
   allowed beside them), or ``{"function": {"name", "arguments"}}`` as in the API's own shape;
@@ -33,11 +34,12 @@ from typing import Any
 
 from workers._protocol import ToolSpec
 
-_FENCE = re.compile(r"```[ \t]*([A-Za-z_-]*)[ \t]*\r?\n(.*?)```", re.DOTALL)
+_FENCE = re.compile(r"```[ \t]*([A-Za-z_-]*)[ \t]*\r?\n?(.*?)```", re.DOTALL)
 _FENCE_LANGS = frozenset({"", "json", "tool_call", "tool_code", "tool"})
 _TAG = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _LINE_START = re.compile(r"(?m)^[ \t]*[\[{]")
 _THINK = re.compile(r"<think>.*?(</think>|\Z)", re.DOTALL)  # reasoning, not calls
+_CALL_MARKERS = re.compile(r"<\|python_tag\|>|\[TOOL_CALLS\]")  # Llama 3.x, Mistral: a call follows
 _CALL_KEYS = frozenset({"name", "arguments", "parameters", "id", "type"})
 _MAX_DEPTH = 32
 
@@ -52,7 +54,7 @@ def recognise(text: str, tools: Sequence[ToolSpec]) -> list[Call]:
         return []
     by_name = {t.name: t for t in tools}
     calls: list[Call] = []
-    rest = _THINK.sub("\n", text)
+    rest = _CALL_MARKERS.sub("\n", _THINK.sub("\n", text))
     for pattern in (_TAG, _FENCE):
         for match in pattern.finditer(rest):
             if pattern is _FENCE and match[1].lower() not in _FENCE_LANGS:
