@@ -24,12 +24,10 @@ import sqlalchemy as sa
 from sqlalchemy import event, exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from ._schema import SCHEMA_HEAD as SCHEMA_HEAD  # defined where store._rawread reads it
 from .errors import DatabaseError, DatabaseFull, DatabaseUnavailable
 
 T = TypeVar("T")
-
-SCHEMA_HEAD = "0003"
-"""The newest Alembic revision; a test checks it matches ``migrations/versions``."""
 
 BUSY_TIMEOUT_MS = 30_000
 _MIGRATION_LOCK_KEY = 0x7412_00AD
