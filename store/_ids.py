@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from .errors import RefSyntaxError
+from .errors import RefSyntaxError, ThreadNotFound
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 _RANDOM_BITS = 80
@@ -147,3 +147,28 @@ def format_ref(
 
 def is_full_id(ident: str) -> bool:
     return len(ident) == ID_LENGTH and bool(_ID_CHARS.match(ident))
+
+
+def prefix_upper(prefix: str) -> str:
+    """The exclusive upper bound of the ids starting with ``prefix`` (non-empty): the prefix
+    with its last character incremented, so ``prefix <= id < upper`` is a byte-wise prefix
+    match that an index serves (``store._store.id_prefix_condition`` builds the same range)."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def anchor_range(ref: ThreadRef, thread_id: str, head_seq: int) -> tuple[int | None, int | None]:
+    """(start, end) of ``ref``'s anchor on a thread of ``head_seq`` messages, clamped as
+    ``Store.resolve`` does: (None, None) without an anchor; ``#A-`` runs to the head; a start
+    or an end past the head is ``ThreadNotFound`` naming the thread's size."""
+    if ref.start is None:
+        return None, None
+    if ref.start > head_seq:
+        raise ThreadNotFound(
+            f"{format_ref(thread_id, ref.start)}: the thread has {head_seq} messages"
+        )
+    if ref.end is not None and not ref.open_end and ref.end > head_seq:
+        raise ThreadNotFound(
+            f"{format_ref(thread_id, ref.start, ref.end)}: the thread has {head_seq} messages"
+        )
+    end = head_seq if ref.open_end or ref.end is None else min(ref.end, head_seq)
+    return ref.start, end

@@ -18,10 +18,14 @@ takes the dead runner's lease over and moves the thread on from there.
 from __future__ import annotations
 
 import os
-import socket
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from ._models import Status, ThreadInfo
+if TYPE_CHECKING:
+    from ._models import ThreadInfo
+
+# Standard library only at import: the read-only fast path (``store._rawread``) applies the
+# same rule to plain rows without loading pydantic.
 
 
 def owner_is_dead(owner: str | None) -> bool:
@@ -29,6 +33,8 @@ def owner_is_dead(owner: str | None) -> bool:
     killed): its lease need not be waited out. Runners on other hosts are never presumed dead."""
     if not owner:
         return False
+    import socket
+
     host, _, rest = owner.partition(":")
     pid_text = rest.partition(":")[0]
     if host != socket.gethostname() or not pid_text.isdigit():
@@ -53,18 +59,30 @@ def _is_zombie(pid: int) -> bool:
         return False
 
 
+def lease_gone(
+    status: str,
+    lease_owner: str | None,
+    lease_expires_at: datetime | None,
+    now: datetime | None = None,
+) -> bool:
+    """A thread with this status and lease is ``running`` with its runner known to be gone
+    (see the module docstring): the rule on plain values, for readers that have no model."""
+    if status != "running" or lease_owner is None:
+        return False
+    if lease_expires_at is not None and lease_expires_at <= (now or datetime.now(UTC)):
+        return True
+    return owner_is_dead(lease_owner)
+
+
 def runner_gone(info: ThreadInfo, now: datetime | None = None) -> bool:
     """A ``running`` thread whose runner is known to be gone (see the module docstring)."""
-    if info.status != Status.RUNNING or info.lease_owner is None:
-        return False
-    expires = info.lease_expires_at
-    if expires is not None and expires <= (now or datetime.now(UTC)):
-        return True
-    return owner_is_dead(info.lease_owner)
+    return lease_gone(str(info.status), info.lease_owner, info.lease_expires_at, now)
 
 
 def as_seen(info: ThreadInfo, now: datetime | None = None) -> ThreadInfo:
     """``info`` as readers should see it: ``interrupted`` when its runner is gone."""
     if runner_gone(info, now):
+        from ._models import Status
+
         return info.model_copy(update={"status": Status.INTERRUPTED})
     return info
