@@ -1,0 +1,370 @@
+"""Read-only reads of a SQLite database with the standard library alone: the fast path of
+``threadloom ls``, ``show``, ``search`` and ``tree``.
+
+Those commands spent ~1 s importing SQLAlchemy, pydantic and structlog to run a few indexed
+queries. This module answers the same questions through one read-only ``sqlite3`` connection
+(``file:…?mode=ro``, a busy timeout, one deferred transaction: a consistent WAL snapshot that
+never blocks a writer) and returns plain objects with the attribute names of the store's models
+(``ThreadInfo``, ``Message``, the content blocks, ``Result``, ``Usage``), so the same rendering
+code serves both paths. Nothing here imports SQLAlchemy, pydantic or structlog.
+
+It answers only what it can answer exactly as the full store would; anything else raises
+``Unsupported`` and the caller falls back to the full path:
+
+- the database is not a file at the newest schema revision (``SCHEMA_HEAD``): the full path
+  creates or migrates it;
+- a stored value this module does not know the exact shape of (a block type or key, a result
+  key, a status, a timestamp format): the pydantic models would normalise it, this module
+  does not guess. ``LIGHT_SHAPES`` lists the shapes it knows; a test holds it to the models.
+
+The rules are the store's, reused or mirrored (the mirrors are held to the originals by
+tests): the liveness rule (``_liveness.lease_gone``), ref parsing and id prefixes (``_ids``),
+fork-chain segments (``_store.segments``), the FTS5 query syntax (``_search.fts5_query``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from ._ids import ThreadRef, anchor_range, format_ref, is_full_id, prefix_upper
+from ._liveness import lease_gone
+from ._rawmodels import (
+    RawFork,
+    RawHit,
+    RawMessage,
+    RawThread,
+    RawUsage,
+    RawUsageTotal,
+    Unsupported,
+    block_from_json,
+    json_or_none,
+    result_from_json,
+    stamp,
+    strs,
+)
+from ._schema import SCHEMA_HEAD
+from .errors import AmbiguousRef, ThreadNotFound
+
+BUSY_TIMEOUT_MS = 30_000
+"""As ``store._db.BUSY_TIMEOUT_MS`` (a test checks they agree)."""
+
+SNIPPET_WORDS = 16
+"""As ``store._search.SNIPPET_WORDS``."""
+
+KINDS = ("lead", "worker", "reader")
+STATUSES = ("idle", "queued", "running", "done", "failed", "interrupted", "cancelled")
+
+
+# ----------------------------------------------------------------- opening
+
+
+def open_at_head(path: Path) -> sqlite3.Connection:
+    """A read-only connection to the database file ``path``, inside a read transaction, after
+    checking its schema is at ``SCHEMA_HEAD``. ``Unsupported`` when it is not (or cannot be
+    opened read-only): the full path creates, migrates or reports it."""
+    uri = f"file:{quote(str(path))}?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as err:
+        raise Unsupported(f"cannot open {path} read-only: {err}") from err
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute("BEGIN")
+        rows = conn.execute("SELECT version_num FROM alembic_version").fetchall()
+    except sqlite3.Error as err:
+        conn.close()
+        raise Unsupported(f"{path}: no readable schema version ({err})") from err
+    if [tuple(r) for r in rows] != [(SCHEMA_HEAD,)]:
+        conn.close()
+        raise Unsupported(f"{path}: schema {rows!r} is not at {SCHEMA_HEAD}")
+    return conn
+
+
+# ----------------------------------------------------------------- threads
+
+_THREAD_SQL = (
+    "SELECT id, kind, title, status, parent_id, forked_from_id, forked_at_seq, job_id, task,"
+    " system_prompt, tools, model, result, error, version, head_seq, lease_owner,"
+    " lease_expires_at, created_at, updated_at FROM threads"
+)
+
+
+def _thread(row: Sequence[Any]) -> RawThread:
+    tid, kind, title, status, parent, forked_id, forked_at, job, task, prompt, tools = row[:11]
+    model, result, error, version, head, owner, expires, created, updated = row[11:]
+    if kind not in KINDS or status not in STATUSES:
+        raise Unsupported(f"kind {kind!r} / status {status!r}")
+    if forked_id is not None and forked_at is None:
+        raise Unsupported("a fork without its point")
+    result_json = json_or_none(result)
+    task_json = json_or_none(task)
+    if task_json is not None and not isinstance(task_json, dict):
+        raise Unsupported("task")
+    return RawThread(
+        id=tid,
+        kind=kind,
+        title=title or "",
+        status=status,
+        parent_id=parent,
+        forked_from=RawFork(forked_id, int(forked_at)) if forked_id else None,
+        job_id=job,
+        task=task_json,
+        system_prompt=prompt,
+        tools=strs(json_or_none(tools) or []),
+        model=model,
+        result=result_from_json(result_json) if result_json else None,
+        error=error,
+        version=int(version),
+        head_seq=int(head),
+        lease_owner=owner,
+        lease_expires_at=None if expires is None else stamp(expires),
+        created_at=stamp(created),
+        updated_at=stamp(updated),
+    )
+
+
+def as_seen(info: RawThread, now: datetime | None = None) -> RawThread:
+    """``info`` as readers see it: ``running`` with its runner gone reads ``interrupted``."""
+    if lease_gone(info.status, info.lease_owner, info.lease_expires_at, now):
+        return info.with_status("interrupted")
+    return info
+
+
+def get_thread(conn: sqlite3.Connection, thread_id: str) -> RawThread:
+    """``Store.get_thread``."""
+    row = conn.execute(_THREAD_SQL + " WHERE id = ?", (thread_id,)).fetchone()
+    if row is None:
+        raise ThreadNotFound(f"no thread {format_ref(thread_id)}")
+    return as_seen(_thread(row))
+
+
+def list_threads(
+    conn: sqlite3.Connection,
+    *,
+    job_id: str | None = None,
+    status: str | None = None,
+    kind: str | None = None,
+    limit: int | None = None,
+    oldest_first: bool = False,
+) -> list[RawThread]:
+    """``Store.list_threads``: newest first (or oldest), as readers see them."""
+    where: list[str] = []
+    params: list[Any] = []
+    if job_id is not None:
+        where.append("job_id = ?")
+        params.append(job_id)
+    # ``running`` and ``interrupted`` depend on whether the runner lives: fetch both, then
+    # filter (and limit) on what readers see
+    live_dependent = status in ("running", "interrupted")
+    if live_dependent:
+        where.append("status IN ('running', 'interrupted')")
+    elif status is not None:
+        where.append("status = ?")
+        params.append(status)
+    if kind is not None:
+        where.append("kind = ?")
+        params.append(kind)
+    sql = _THREAD_SQL + (" WHERE " + " AND ".join(where) if where else "")
+    sql += " ORDER BY id" + ("" if oldest_first else " DESC")
+    if limit is not None and not live_dependent:
+        sql += " LIMIT ?"
+        params.append(limit)
+    now = datetime.now(UTC)
+    found = [as_seen(_thread(r), now) for r in conn.execute(sql, params)]
+    if live_dependent:
+        found = [t for t in found if t.status == status]
+        if limit is not None:
+            found = found[:limit]
+    return found
+
+
+def job_tree(conn: sqlite3.Connection, job_id: str) -> list[RawThread]:
+    """``Store.job_tree``: every thread of a job, oldest first."""
+    return list_threads(conn, job_id=job_id, oldest_first=True)
+
+
+def resolve(conn: sqlite3.Connection, ref: str) -> tuple[RawThread, int | None, int | None]:
+    """``Store.resolve``: (thread, start, end) — the same errors, word for word."""
+    parsed = ThreadRef.parse(ref)
+    if is_full_id(parsed.id):
+        row = conn.execute(_THREAD_SQL + " WHERE id = ?", (parsed.id,)).fetchone()
+        if row is None:
+            raise ThreadNotFound(f"no thread {format_ref(parsed.id)}")
+    else:
+        rows = conn.execute(
+            _THREAD_SQL + " WHERE id >= ? AND id < ? ORDER BY id LIMIT 11",
+            (parsed.id, prefix_upper(parsed.id)),
+        ).fetchall()
+        if not rows:
+            raise ThreadNotFound(f"no thread matches {format_ref(parsed.id)}")
+        if len(rows) > 1:
+            cands = [format_ref(r[0]) for r in rows[:10]]
+            more = " …" if len(rows) > 10 else ""
+            raise AmbiguousRef(
+                f"{format_ref(parsed.id)} is ambiguous: {', '.join(cands)}{more}", cands
+            )
+        row = rows[0]
+    info = as_seen(_thread(row))
+    start, end = anchor_range(parsed, info.id, info.head_seq)
+    return info, start, end
+
+
+def job_of(conn: sqlite3.Connection, ref: str) -> RawThread:
+    """The lead thread of the job around ``ref`` (``_cmd_read.job_of``)."""
+    info = resolve(conn, ref)[0]
+    return info if info.job_id == info.id else get_thread(conn, info.job_id)
+
+
+# ----------------------------------------------------------------- messages
+
+
+def segments(
+    head: int, chain: Sequence[tuple[str, int]], start: int, end: int | None
+) -> list[tuple[str, int, int]]:
+    """``store._store.segments`` (a test holds them equal): which rows hold messages
+    ``start..end`` of a thread whose ancestry is ``chain`` — [(owner, lo, hi)] in seq order."""
+    upper = head if end is None else min(end, head)
+    out: list[tuple[str, int, int]] = []
+    for owner, after in chain:
+        lo = max(start, after + 1)
+        if lo <= upper:
+            out.append((owner, lo, upper))
+        upper = min(upper, after)
+        if upper < start:
+            break
+    out.reverse()
+    return out
+
+
+_CHAIN_SQL = """
+WITH RECURSIVE chain(id, parent, after, head, depth) AS (
+    SELECT id, forked_from_id, COALESCE(forked_at_seq, 0), head_seq, 0 FROM threads WHERE id = ?
+    UNION ALL
+    SELECT t.id, t.forked_from_id, COALESCE(t.forked_at_seq, 0), t.head_seq, c.depth + 1
+    FROM threads t JOIN chain c ON t.id = c.parent
+)
+SELECT id, after, head FROM chain ORDER BY depth
+"""
+_MESSAGES_SQL = (
+    "SELECT thread_id, seq, role, content, created_at FROM messages"
+    " WHERE thread_id = ? AND seq BETWEEN ? AND ? ORDER BY seq"
+)
+
+
+def messages(
+    conn: sqlite3.Connection, thread_id: str, *, start: int = 1, end: int | None = None
+) -> list[RawMessage]:
+    """``Store.messages``: the visible history across the fork chain, or ``start..end``."""
+    chain_rows = conn.execute(_CHAIN_SQL, (thread_id,)).fetchall()
+    if not chain_rows:
+        raise ThreadNotFound(f"no thread {format_ref(thread_id)}")
+    head = int(chain_rows[0][2])
+    chain = [(str(r[0]), int(r[1])) for r in chain_rows]
+    out: list[RawMessage] = []
+    for owner, lo, hi in segments(head, chain, start, end):
+        for tid, seq, role, content, created in conn.execute(_MESSAGES_SQL, (owner, lo, hi)):
+            if role not in ("user", "assistant"):
+                raise Unsupported(f"role {role!r}")
+            blocks = json.loads(content)
+            if not isinstance(blocks, list) or not blocks:
+                raise Unsupported("message content")
+            content_blocks = [block_from_json(b) for b in blocks]
+            out.append(RawMessage(tid, int(seq), role, content_blocks, stamp(created)))
+    return out
+
+
+def message(conn: sqlite3.Connection, thread_id: str, seq: int) -> RawMessage:
+    """``Store.message``."""
+    found = messages(conn, thread_id, start=seq, end=seq)
+    if not found:
+        raise ThreadNotFound(f"{format_ref(thread_id)} has no message #{seq}")
+    return found[0]
+
+
+# ----------------------------------------------------------------- usage
+
+_USAGE_SQL = (
+    "SELECT usage.thread_id, coalesce(sum(usage.input_tokens), ?),"
+    " coalesce(sum(usage.output_tokens), ?), coalesce(sum(usage.cache_read_input_tokens), ?),"
+    " coalesce(sum(usage.cache_creation_input_tokens), ?), coalesce(sum(usage.cost_usd), ?),"
+    " count(*) FROM usage"
+)
+
+
+def usage_totals(
+    conn: sqlite3.Connection, *, thread_id: str | None = None, job_id: str | None = None
+) -> list[RawUsageTotal]:
+    """``Store.usage_totals``: usage summed per thread — the same SQL, so the same sums in
+    the same order (floating-point cost sums depend on it)."""
+    sql, params = _USAGE_SQL, list[Any]([0, 0, 0, 0, 0.0])
+    where = []
+    if job_id is not None:
+        sql += " JOIN threads ON threads.id = usage.thread_id"
+    if thread_id is not None:
+        where.append("usage.thread_id = ?")
+        params.append(thread_id)
+    if job_id is not None:
+        where.append("threads.job_id = ?")
+        params.append(job_id)
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " GROUP BY usage.thread_id ORDER BY usage.thread_id"
+    return [
+        RawUsageTotal(
+            thread_id=r[0],
+            usage=RawUsage(int(r[1]), int(r[2]), int(r[3]), int(r[4])),
+            cost_usd=float(r[5]),
+            responses=int(r[6]),
+        )
+        for r in conn.execute(sql, params)
+    ]
+
+
+# ----------------------------------------------------------------- search
+
+_TERM = re.compile(r'"([^"]*)"|(\S+)')
+
+
+def fts5_query(query: str) -> str:
+    """``store._search.fts5_query`` (a test holds them equal): every word or "quoted phrase"
+    must occur, punctuation is literal."""
+    terms = []
+    for m in _TERM.finditer(query):
+        term = m.group(1) if m.group(1) is not None else m.group(2)
+        if term and term.strip():
+            terms.append(term)
+    return " ".join('"' + t.replace('"', "") + '"' for t in terms)
+
+
+def search(
+    conn: sqlite3.Connection, query: str, *, job_id: str | None = None, limit: int = 20
+) -> list[RawHit]:
+    """``Store.search`` on SQLite: the same statement, so the same hits, order and snippets."""
+    q = fts5_query(query)
+    if not q:
+        return []
+    sql = (
+        "SELECT f.thread_id, f.seq, m.role,"
+        f" snippet(messages_fts, 0, '[', ']', '…', {SNIPPET_WORDS}) AS snip"
+        " FROM messages_fts f"
+        " JOIN messages m ON m.thread_id = f.thread_id AND m.seq = f.seq"
+        " JOIN threads t ON t.id = f.thread_id"
+        " WHERE messages_fts MATCH ?"
+        + (" AND t.job_id = ?" if job_id else "")
+        + " ORDER BY f.rank, f.thread_id DESC, f.seq LIMIT ?"
+    )
+    params: list[Any] = [q, *([job_id] if job_id else []), limit]
+    hits = []
+    for thread_id, seq, role, snip in conn.execute(sql, params):
+        if role not in ("user", "assistant"):
+            raise Unsupported(f"role {role!r}")
+        hits.append(RawHit(thread_id, int(seq), " ".join(str(snip).split()), role))
+    return hits
