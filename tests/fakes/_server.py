@@ -53,6 +53,9 @@ class Reply:
     status: int
     body: bytes
     headers: dict[str, str] = field(default_factory=dict)
+    dribble_s: float = 0.0
+    """When > 0 the body goes out one byte at a time, this long apart (a server generating
+    slowly); a client that hangs up meanwhile lands in ``FakeServer.disconnects``."""
 
     @classmethod
     def json(cls, status: int, payload: Any, headers: dict[str, str] | None = None) -> Reply:
@@ -77,6 +80,9 @@ class FakeServer:
         self._thread: threading.Thread | None = None
         self.requests: list[RecordedRequest] = []
         self.rejections: list[Rejection] = []
+        self.disconnects: list[RecordedRequest] = []
+        """Requests whose client hung up before the whole reply was sent."""
+        self._changed = threading.Condition(self._lock)  # a request came, or a client went
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -152,8 +158,14 @@ class FakeServer:
     # -- recording -------------------------------------------------------------------------------
 
     def record(self, request: RecordedRequest) -> None:
-        with self._lock:
+        with self._changed:
             self.requests.append(request)
+            self._changed.notify_all()
+
+    def wait_for_requests(self, n: int = 1, *, timeout: float = 10.0) -> bool:
+        """Wait until ``n`` requests have arrived; False if ``timeout`` passes first."""
+        with self._changed:
+            return self._changed.wait_for(lambda: len(self.requests) >= n, timeout)
 
     def reject(
         self, recorded: RecordedRequest, status: int, error_type: str, message: str
@@ -163,6 +175,16 @@ class FakeServer:
             self.rejections.append(rejection)
         recorded.outcome = "rejected"
         return rejection
+
+    def client_gone(self, recorded: RecordedRequest) -> None:
+        with self._changed:
+            self.disconnects.append(recorded)
+            self._changed.notify_all()
+
+    def wait_for_disconnects(self, n: int = 1, *, timeout: float = 10.0) -> bool:
+        """Wait until ``n`` clients have hung up mid-reply; False if ``timeout`` passes first."""
+        with self._changed:
+            return self._changed.wait_for(lambda: len(self.disconnects) >= n, timeout)
 
     def handle(self, recorded: RecordedRequest) -> Reply | object:
         raise NotImplementedError
@@ -219,7 +241,14 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header(name, value)
             self.send_header("content-length", str(len(reply.body)))
             self.end_headers()
-            self.wfile.write(reply.body)
+            if reply.dribble_s > 0:
+                for i in range(len(reply.body)):
+                    self.wfile.write(reply.body[i : i + 1])
+                    self.wfile.flush()
+                    self.server_fake.sleep(reply.dribble_s)
+            else:
+                self.wfile.write(reply.body)
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True  # the client gave up (a ``slow`` fault): fine
+            self.server_fake.client_gone(recorded)
