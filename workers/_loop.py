@@ -32,6 +32,7 @@ from store import (
     LeaseLost,
     Message,
     NewMessage,
+    OutputFile,
     Result,
     Status,
     StatusError,
@@ -46,7 +47,7 @@ from store import (
     owner_is_dead,
 )
 
-from ._protocol import Model, ModelResponse, ToolSpec
+from ._protocol import Model, ModelResponse, ToolSpec, result_nudges
 from ._request import DEFAULT_OUTPUT_CAP, build_request
 from ._results import (
     SUBMIT_RESULT,
@@ -68,6 +69,26 @@ CUT_OFF_TOOL = (
 )
 CUT_OFF_TEXT = (
     "Your reply was cut off by the output-token limit. Continue exactly where it stopped."
+)
+# Nudges: a stored user message that answers a worker turn which ended without a result, sent
+# only by providers that declare ``result_nudges`` (small local models), a bounded number of
+# times per run; then the worker ends ``partial`` as SPEC says.
+NUDGE_NO_RESULT = (
+    "[threadloom] You ended your turn without calling submit_result, so your task has no result"
+    " yet. Call submit_result now with your distilled result (status, summary, findings with"
+    " evidence refs). If the task is not finished, continue with a tool call instead."
+    " Do not end your turn with plain text."
+)
+NUDGE_EMPTY = (
+    "[threadloom] Your reply was empty: no text and no tool call. Continue with a tool call, or"
+    " call submit_result now with your distilled result if the task is finished."
+)
+NUDGE_EMPTY_READER = (
+    "[threadloom] Your reply was empty. Answer the question now, as plain text, citing the"
+    " messages (T-…#n) that show it."
+)
+EMPTY_REPLY_SUMMARY = (
+    "(the model returned an empty reply — no text, no tool call — and never called submit_result)"
 )
 
 
@@ -93,16 +114,25 @@ class LoopConfig:
 
 @dataclass(frozen=True, slots=True)
 class LoopEvent:
-    """Progress of a run, for live displays (never needed for correctness)."""
+    """Progress of a run, for live displays (never needed for correctness).
+
+    ``usage`` and ``cost_usd`` are this run's running totals (cost by ``model``'s price table;
+    0.0 for scripted and unpriced models). ``tool``/``tool_id``/``tool_input`` name the call a
+    ``tool`` event starts and a ``tool_done`` event ends (calls of one turn may overlap)."""
 
     thread_id: str
-    kind: str  # "started" | "turn" | "tool" | "finished"
+    kind: str  # "started" | "turn" | "tool" | "tool_done" | "finished"
     thread_kind: str = ""
     title: str = ""
     turn: int = 0
     usage: Usage = field(default_factory=Usage)
     detail: str = ""
     status: Status | None = None
+    model: str = ""
+    cost_usd: float = 0.0
+    tool: str = ""
+    tool_id: str = ""
+    tool_input: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +180,8 @@ class _Run:
     started: float = field(default_factory=time.monotonic)
     invalid_submissions: int = 0
     cutoffs: int = 0
+    nudges: int = 0  # nudges sent in this run (bounded by the model's ``result_nudges``)
+    last_text: str = ""  # the newest non-empty text a turn of this run ended with
     result: Result | None = None
     final_text: str = ""
     owner: str | None = None  # the lease holder every append is checked against
@@ -166,6 +198,8 @@ class _Run:
                         self.title,
                         self.turns,
                         self.usage,
+                        model=self.model.spec,
+                        cost_usd=self.model.cost_usd(self.usage),
                         **kw,
                     )
                 )
@@ -390,10 +424,18 @@ async def _answer_orphans(run: _Run, *, replay: bool = True) -> None:
         log.warning("thread.orphans_answered", count=len(uses) - len(safe))
 
 
-async def _store(run: _Run, msg: NewMessage, *, usage: UsageRecord | None = None) -> list[Message]:
+async def _store(
+    run: _Run,
+    msg: NewMessage,
+    *,
+    usage: UsageRecord | None = None,
+    files: dict[str, OutputFile] | None = None,
+) -> list[Message]:
     """Append to the thread and to the run's copy of its history (read once, at the start: the
     run owns the thread through its lease, so nobody else appends meanwhile)."""
-    stored = await run.store.append(run.thread_id, msg, usage=usage, lease_owner=run.owner)
+    stored = await run.store.append(
+        run.thread_id, msg, usage=usage, lease_owner=run.owner, output_files=files
+    )
     run.history.extend(stored)
     return stored
 
@@ -482,9 +524,18 @@ async def _after_turn(
         await _store(run, NewMessage.user("Continue."))
         return None
     if not uses:
-        run.final_text = _text_of(turn)
+        said = _reply_text(response)
+        run.last_text = said or run.last_text
+        nudge = await _nudge_for(run, empty=not said)
+        if nudge is not None:
+            run.nudges += 1
+            log.info("turn.nudged", seq=turn.seq, nudge=run.nudges, empty=not said)
+            await _store(run, NewMessage.user(nudge))
+            return None
+        run.final_text = run.last_text or _text_of(turn)
         if run.kind == Kind.WORKER and run.result is None:
-            run.result = Result(status="partial", summary=(run.final_text or "(no text)")[:2000])
+            summary = run.last_text or EMPTY_REPLY_SUMMARY
+            run.result = Result(status="partial", summary=summary[:2000])
         return await _finish(run, Status.DONE)
     outputs = await _run_tools(run, uses)
     await _answer(run, uses, outputs)
@@ -504,16 +555,61 @@ async def _after_turn(
     return None
 
 
+async def _nudge_for(run: _Run, *, empty: bool) -> str | None:
+    """The nudge that answers a turn ending without tool calls, or None to end the run.
+
+    Only when the model's provider asks for nudges (``result_nudges``), fewer have been sent in
+    this run, and the next model call may still start (a turn left under ``max_turns``, the
+    thread's and the job's token budgets not spent): a nudge must never turn a ``partial``
+    into a ``failed``. A worker is nudged towards ``submit_result``; a reader's plain text is its
+    answer, so only an empty one is nudged; the lead's plain text is its report, never nudged."""
+    if run.nudges >= result_nudges(run.model):
+        return None
+    if run.kind == Kind.WORKER:
+        if run.result is not None or SUBMIT_RESULT not in {s.name for s in run.specs}:
+            return None
+        text = NUDGE_EMPTY if empty else NUDGE_NO_RESULT
+    elif run.kind == Kind.READER and empty:
+        text = NUDGE_EMPTY_READER
+    else:
+        return None
+    cfg = run.config
+    if run.turns >= cfg.max_turns:
+        return None
+    if cfg.max_tokens_total is not None and run.usage.total_tokens >= cfg.max_tokens_total:
+        return None
+    if run.before_model_call is not None:
+        try:
+            await run.before_model_call()  # the job's budget check: a read, no side effect
+        except BudgetExhausted:
+            return None
+    return text
+
+
+def _reply_text(response: ModelResponse) -> str:
+    """The text a reply really holds ("" for an empty or whitespace-only reply)."""
+    return "\n".join(b.text for b in response.content if isinstance(b, TextBlock)).strip()
+
+
 async def _answer(run: _Run, uses: list[ToolUseBlock], outputs: dict[str, ToolOutput]) -> None:
-    blocks = [
-        ToolResultBlock(
-            tool_use_id=u.id,
-            content=outputs[u.id].text if u.id in outputs else INTERRUPTED_RESULT,
-            is_error=outputs[u.id].is_error if u.id in outputs else True,
-        )
+    # an output a tool spilled to a file (bash, past a few MiB) is streamed into the store from
+    # it, never read into memory here; the file is freed once the append is over
+    files: dict[str, OutputFile] = {
+        u.id: f
         for u in uses
-    ]
-    await _store(run, NewMessage(role="user", content=blocks))
+        if isinstance(f := getattr(outputs.get(u.id), "file", None), OutputFile)
+    }
+    blocks = []
+    for u in uses:
+        out = outputs.get(u.id)
+        text = INTERRUPTED_RESULT if out is None else "" if u.id in files else out.text
+        is_error = True if out is None else out.is_error
+        blocks.append(ToolResultBlock(tool_use_id=u.id, content=text, is_error=is_error))
+    try:
+        await _store(run, NewMessage(role="user", content=blocks), files=files or None)
+    finally:
+        for f in files.values():
+            f.close()
 
 
 async def _run_tools(run: _Run, uses: list[ToolUseBlock]) -> dict[str, ToolOutput]:
@@ -525,8 +621,9 @@ async def _run_tools(run: _Run, uses: list[ToolUseBlock]) -> dict[str, ToolOutpu
 
     async def one(use: ToolUseBlock) -> None:
         async with sem:
-            run.emit("tool", detail=use.name)
+            run.emit("tool", detail=use.name, tool=use.name, tool_id=use.id, tool_input=use.input)
             outputs[use.id] = await _invoke(run, use)
+            run.emit("tool_done", detail=use.name, tool=use.name, tool_id=use.id)
 
     others = [u for u in uses if u.name != SUBMIT_RESULT]
     try:

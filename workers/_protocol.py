@@ -54,7 +54,16 @@ class ModelResponse:
 
 @runtime_checkable
 class Model(Protocol):
-    """A model provider. ``spec`` is the spec string it was made from (``anthropic:…``)."""
+    """A model provider. ``spec`` is the spec string it was made from (``anthropic:…``).
+
+    Optional attribute, not part of the structural protocol so that every existing provider and
+    test double stays a ``Model`` unchanged: ``result_nudges: int`` (default 0, read through
+    ``result_nudges(model)``) — how many times per run the loop answers a worker turn that ends
+    without ``submit_result`` (plain text, or an empty reply) with a stored nudge before the
+    worker ends ``partial``. Providers whose models reliably call tools (Anthropic, scripted)
+    leave it 0, which is SPEC's behaviour; the OpenAI-compatible provider, often a small local
+    model, sets 1.
+    """
 
     @property
     def spec(self) -> str: ...
@@ -64,3 +73,9 @@ class Model(Protocol):
     def cost_usd(self, usage: Usage) -> float: ...
 
     async def aclose(self) -> None: ...
+
+
+def result_nudges(model: object) -> int:
+    """``model.result_nudges`` if it is a positive int, else 0 (see ``Model``)."""
+    n = getattr(model, "result_nudges", 0)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
