@@ -245,6 +245,20 @@ def paginate(
     return Page(text[:max_chars], next_ref)
 
 
+def split_offset(ref: str) -> tuple[str, int]:
+    """``T-…#7-@120000`` → (``T-…#7-``, 120000); a ref without ``@`` → (ref, 0). Callers that
+    check a ref before paging (a reader confined to one thread) resolve the first part."""
+    base, at, tail = ref.rpartition("@")
+    if not at:
+        return ref, 0
+    if "#" not in base or not tail.isascii() or not tail.isdigit() or len(tail) > 18:
+        raise ReadError(
+            f"bad ref {ref[:80]!r}: after '@' comes a character offset into the ref's first"
+            " message (T-…#7@120000)"
+        )
+    return base, int(tail)
+
+
 async def read_page(
     store: Store,
     ref: str,
@@ -257,17 +271,10 @@ async def read_page(
     message) in ``mode``, at most ``max_chars``."""
     if mode not in ("messages", "overview", "tool_outputs", "grep"):
         raise ReadError(f"unknown mode {mode!r}: use messages, overview, tool_outputs or grep")
-    offset = 0
-    base, at, tail = ref.rpartition("@")
-    if at:
-        if "#" not in base or not tail.isascii() or not tail.isdigit() or len(tail) > 18:
-            raise ReadError(
-                f"bad ref {ref[:80]!r}: after '@' comes a character offset into the ref's first"
-                " message (T-…#7@120000)"
-            )
-        if mode not in ("messages", "tool_outputs"):
-            raise ReadError(f"a character offset ({ref[:80]!r}) pages messages or tool_outputs")
-        ref, offset = base, int(tail)
+    asked_ref = ref
+    ref, offset = split_offset(ref)
+    if offset and mode not in ("messages", "tool_outputs"):
+        raise ReadError(f"a character offset ({asked_ref[:80]!r}) pages messages or tool_outputs")
     asked = int(max_chars)
     max_chars = max(MIN_MAX_CHARS, min(asked, MAX_MAX_CHARS))
     note = (

@@ -175,3 +175,20 @@ async def test_read_thread_pages_through_the_whole_output_by_max_chars(sample: S
         assert f"{len(WHOLE):,} chars, stored apart" in over.text
     finally:
         await store.close()
+
+
+async def test_a_bad_character_offset_is_a_read_error_naming_the_ref(sample: Sample) -> None:
+    from orchestrator._reading import ReadError
+
+    store = await Store.open(sample.url)
+    try:
+        for ref, needle in (
+            (f"T-{sample.thread}#3@x1", "after '@' comes a character offset"),
+            (f"T-{sample.thread}@5", "after '@' comes a character offset"),
+        ):
+            with pytest.raises(ReadError, match=needle):
+                await read_page(store, ref, mode="tool_outputs")
+        with pytest.raises(ReadError, match="pages messages or tool_outputs"):
+            await read_page(store, f"T-{sample.thread}#3@5", mode="grep", pattern="x")
+    finally:
+        await store.close()
