@@ -21,7 +21,7 @@ from store.errors import RefError
 from workers import RunOutcome
 from workers.tools import TOOL_REGISTRY, Tool, ToolContext, ToolFailure, ToolInput, ToolOutput
 
-from ._reading import DEFAULT_MAX_CHARS, ReadError, read_page
+from ._reading import DEFAULT_MAX_CHARS, ReadError, read_page, split_offset
 from ._runtime import JobRuntime
 
 _CITATION = re.compile(r"T-[0-9a-hjkmnp-tv-z]{4,26}(?:#[0-9]+(?:-[0-9]*)?)?")
@@ -146,7 +146,8 @@ class ReadThreadTool(Tool[ReadThreadInput]):
     async def run(self, args: ReadThreadInput, ctx: ToolContext) -> ToolOutput:
         try:
             if self.only is not None:
-                resolved = await self.rt.store.resolve(args.ref)
+                # a page ref may carry an offset into one huge message (T-…#3-@99700)
+                resolved = await self.rt.store.resolve(split_offset(args.ref)[0])
                 if resolved.thread.id != self.only:
                     raise ToolFailure(f"this reader may only read {format_ref(self.only)}")
             page = await read_page(

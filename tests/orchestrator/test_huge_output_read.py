@@ -192,3 +192,30 @@ async def test_a_bad_character_offset_is_a_read_error_naming_the_ref(sample: Sam
             await read_page(store, f"T-{sample.thread}#3@5", mode="grep", pattern="x")
     finally:
         await store.close()
+
+
+async def test_a_reader_confined_to_the_thread_follows_its_offset_page_refs(sample: Sample) -> None:
+    """A reader thread may read only the thread it was asked about; the next-page refs inside a
+    huge message (``T-…#3-@99700``) name that thread too and must be accepted."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from orchestrator._lead_tools import ReadThreadInput, ReadThreadTool
+
+    store = await Store.open(sample.url)
+    try:
+        rt = cast(Any, SimpleNamespace(store=store))
+        tool = ReadThreadTool(rt, only=sample.thread)
+        ctx = cast(Any, None)
+        first = await tool.run(
+            ReadThreadInput(ref=f"T-{sample.thread}#3-", mode="tool_outputs", max_chars=100_000),
+            ctx,
+        )
+        assert f"T-{sample.thread}#3-@99700" in first.text
+        second = await tool.run(
+            ReadThreadInput(ref=f"T-{sample.thread}#3-@99700", mode="tool_outputs"), ctx
+        )
+        assert not second.is_error, second.text
+        assert second.text.split("\n", 1)[0].startswith(f"T-{sample.thread}#3 of 4 messages")
+    finally:
+        await store.close()
