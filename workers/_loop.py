@@ -47,6 +47,7 @@ from store import (
     owner_is_dead,
 )
 
+from ._nudges import EMPTY_REPLY_SUMMARY, nudge_text, reply_text
 from ._protocol import Model, ModelResponse, ToolSpec, result_nudges
 from ._request import DEFAULT_OUTPUT_CAP, build_request
 from ._results import (
@@ -69,26 +70,6 @@ CUT_OFF_TOOL = (
 )
 CUT_OFF_TEXT = (
     "Your reply was cut off by the output-token limit. Continue exactly where it stopped."
-)
-# Nudges: a stored user message that answers a worker turn which ended without a result, sent
-# only by providers that declare ``result_nudges`` (small local models), a bounded number of
-# times per run; then the worker ends ``partial`` as SPEC says.
-NUDGE_NO_RESULT = (
-    "[threadloom] You ended your turn without calling submit_result, so your task has no result"
-    " yet. Call submit_result now with your distilled result (status, summary, findings with"
-    " evidence refs). If the task is not finished, continue with a tool call instead."
-    " Do not end your turn with plain text."
-)
-NUDGE_EMPTY = (
-    "[threadloom] Your reply was empty: no text and no tool call. Continue with a tool call, or"
-    " call submit_result now with your distilled result if the task is finished."
-)
-NUDGE_EMPTY_READER = (
-    "[threadloom] Your reply was empty. Answer the question now, as plain text, citing the"
-    " messages (T-…#n) that show it."
-)
-EMPTY_REPLY_SUMMARY = (
-    "(the model returned an empty reply — no text, no tool call — and never called submit_result)"
 )
 
 
@@ -524,7 +505,7 @@ async def _after_turn(
         await _store(run, NewMessage.user("Continue."))
         return None
     if not uses:
-        said = _reply_text(response)
+        said = reply_text(response)
         run.last_text = said or run.last_text
         nudge = await _nudge_for(run, empty=not said)
         if nudge is not None:
@@ -556,22 +537,19 @@ async def _after_turn(
 
 
 async def _nudge_for(run: _Run, *, empty: bool) -> str | None:
-    """The nudge that answers a turn ending without tool calls, or None to end the run.
-
-    Only when the model's provider asks for nudges (``result_nudges``), fewer have been sent in
-    this run, and the next model call may still start (a turn left under ``max_turns``, the
-    thread's and the job's token budgets not spent): a nudge must never turn a ``partial``
-    into a ``failed``. A worker is nudged towards ``submit_result``; a reader's plain text is its
-    answer, so only an empty one is nudged; the lead's plain text is its report, never nudged."""
-    if run.nudges >= result_nudges(run.model):
-        return None
-    if run.kind == Kind.WORKER:
-        if run.result is not None or SUBMIT_RESULT not in {s.name for s in run.specs}:
-            return None
-        text = NUDGE_EMPTY if empty else NUDGE_NO_RESULT
-    elif run.kind == Kind.READER and empty:
-        text = NUDGE_EMPTY_READER
-    else:
+    """The nudge that answers a turn ending without tool calls (see ``_nudges``), or None to end
+    the run. Sent only while the next model call may still start (a turn left under
+    ``max_turns``, the thread's and the job's token budgets not spent): a nudge must never turn a
+    ``partial`` into a ``failed``."""
+    text = nudge_text(
+        run.kind,
+        empty=empty,
+        sent=run.nudges,
+        allowed=result_nudges(run.model),
+        has_result=run.result is not None,
+        can_submit=SUBMIT_RESULT in {s.name for s in run.specs},
+    )
+    if text is None:
         return None
     cfg = run.config
     if run.turns >= cfg.max_turns:
@@ -584,11 +562,6 @@ async def _nudge_for(run: _Run, *, empty: bool) -> str | None:
         except BudgetExhausted:
             return None
     return text
-
-
-def _reply_text(response: ModelResponse) -> str:
-    """The text a reply really holds ("" for an empty or whitespace-only reply)."""
-    return "\n".join(b.text for b in response.content if isinstance(b, TextBlock)).strip()
 
 
 async def _answer(run: _Run, uses: list[ToolUseBlock], outputs: dict[str, ToolOutput]) -> None:

@@ -26,12 +26,12 @@ from store import (
 )
 from tests.fakes.chat_api import FakeChatAPI
 from workers import SUBMIT_RESULT, LoopConfig, ModelRequest, ModelResponse, build_tools, run_thread
-from workers._loop import (
+from workers._loop import BudgetExhausted
+from workers._nudges import (
     EMPTY_REPLY_SUMMARY,
     NUDGE_EMPTY,
     NUDGE_EMPTY_READER,
     NUDGE_NO_RESULT,
-    BudgetExhausted,
 )
 from workers._protocol import result_nudges
 from workers.providers import FunctionModel, OpenAIChatModel, text_response, tool_response
