@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
-from ._render import Column, Printer, age, compact, one_line, status_cell
+from ._read_views import View, ls_view, search_view, show_view, tree_view
 from .cli import Output, command, run_command
 
 if TYPE_CHECKING:
-    from store import Store, ThreadInfo, Usage
+    from store import Store, ThreadInfo
 
     from ._thread_view import Mode
 
@@ -24,6 +23,10 @@ async def job_of(store: Store, ref: str) -> ThreadInfo:
     """The lead thread of the job around ``ref`` (a job is named by its lead's ref)."""
     info = (await store.resolve(ref)).thread
     return info if info.job_id == info.id else await store.get_thread(info.job_id)
+
+
+def _output(view: View) -> Output:
+    return Output(view.data, view.text, redact=view.redact, verbatim=view.verbatim)
 
 
 # ----------------------------------------------------------------- ls
@@ -49,7 +52,6 @@ def ls(
     Text: one row per thread — ref, kind, status, messages (inherited ones of a fork included),
     age, title. When more threads match than --limit, a note on stderr says so.
     """
-    from ._thread_view import thread_json
 
     async def go(store: Store) -> Output:
         job_id = (await job_of(store, job)).id if job else None
@@ -57,37 +59,7 @@ def ls(
             job_id=job_id, status=status, kind=kind, limit=limit + 1 if limit else None
         )
         more = bool(limit) and len(rows) > limit
-        rows = rows[:limit] if limit else rows
-
-        def text(p: Printer) -> None:
-            if not rows:
-                click.echo("no threads", err=True)
-                return
-            p.table(
-                [
-                    Column("REF"),
-                    Column("KIND"),
-                    Column("STATUS"),
-                    Column("MSGS", "right"),
-                    Column("AGE", "right"),
-                    Column("TITLE", wrap=True),
-                ],
-                [
-                    [
-                        t.ref,
-                        str(t.kind),
-                        status_cell(str(t.status)),
-                        str(t.head_seq),
-                        age(t.created_at),
-                        one_line(t.title, 200),
-                    ]
-                    for t in rows
-                ],
-            )
-            if more:
-                click.echo(f"(the {limit} newest; --limit 0 lists all)", err=True)
-
-        return Output([thread_json(t) for t in rows], text)
+        return _output(ls_view(rows[:limit] if limit else rows, limit=limit, more=more))
 
     run_command(ctx, go)
 
@@ -128,47 +100,35 @@ def show(ctx: click.Context, ref: str, tools: bool, raw: bool, redact: bool) -> 
     masks the configured API keys and values that look like secrets (sk-ant-…, AKIA…, ghp_…,
     private-key blocks).
     """
-    from ._thread_view import (
-        message_json,
-        render_header,
-        render_messages,
-        render_result,
-        result_json,
-        thread_json,
-        usage_json,
-    )
 
     async def go(store: Store) -> Output:
-        resolved = await store.resolve(ref)
-        info = resolved.thread
-        msgs = await store.messages(info.id, start=resolved.start or 1, end=resolved.end)
-        start = resolved.start or 1
-        before = await store.message(info.id, start - 1) if start > 1 else None
-        totals = await store.usage_totals(thread_id=info.id)
         from store import Usage
 
-        usage = totals[0].usage if totals else Usage()
-        cost = totals[0].cost_usd if totals else 0.0
-        shown = None if resolved.start is None else (resolved.start, resolved.end or info.head_seq)
-        data: dict[str, Any] = {
-            **thread_json(info),
-            "result": result_json(info.result),
-            "usage": usage_json(usage),
-            "cost_usd": cost,
-            "range": None if shown is None else {"start": shown[0], "end": shown[1]},
-            "task": info.task,
-            "error": info.error,
-            "messages": [message_json(m, info.id) for m in msgs],
-        }
+        resolved = await store.resolve(ref)
+        info = resolved.thread
+        start = resolved.start or 1
+        msgs = await store.messages(info.id, start=start, end=resolved.end)
+        before = await store.message(info.id, start - 1) if start > 1 else None
+        totals = await store.usage_totals(thread_id=info.id)
+        mode: Mode = "raw" if raw else "tools" if tools else "brief"
+        # outputs stored apart (too large to keep inline) are printed whole by --raw: spooled
+        # now, while the store is open, and streamed when printed
+        from ._thread_view import WholeOutputs
 
-        def text(p: Printer) -> None:
-            render_header(p, info, shown=shown, usage=usage, cost=cost)
-            if info.result is not None:
-                render_result(p, info.result)
-            mode: Mode = "raw" if raw else "tools" if tools else "brief"
-            render_messages(p, info, msgs, mode, before=before)
-
-        return Output(data, text, redact=redact, verbatim=raw)
+        whole = await WholeOutputs.spool(store, msgs) if raw else None
+        view = show_view(
+            info,
+            msgs,
+            start=resolved.start,
+            end=resolved.end,
+            before=before,
+            usage=totals[0].usage if totals else Usage(),
+            cost=totals[0].cost_usd if totals else 0.0,
+            mode=mode,
+            redact=redact,
+            whole=whole,
+        )
+        return _output(view)
 
     run_command(ctx, go)
 
@@ -189,82 +149,19 @@ def tree(ctx: click.Context, ref: str) -> None:
     --json: the lead's node, nested: {ref, kind, status, title, usage, children: [...],
     forks: [...]}.
     """
-    from ._thread_view import fork_json, usage_json
 
     async def go(store: Store) -> Output:
-        focus = (await store.resolve(ref)).thread
-        threads = await store.job_tree(focus.job_id)
         from store import Usage
 
+        focus = (await store.resolve(ref)).thread
+        threads = await store.job_tree(focus.job_id)
         totals = {t.thread_id: t for t in await store.usage_totals(job_id=focus.job_id)}
-        by_id = {t.id: t for t in threads}
-        children: dict[str, list[str]] = {t.id: [] for t in threads}
-        forks: dict[str, list[str]] = {t.id: [] for t in threads}
-        root = by_id.get(focus.job_id, threads[0] if threads else focus)
-        for t in threads:
-            if t.id == root.id:
-                continue
-            if t.forked_from and t.forked_from.thread_id in by_id:
-                forks[t.forked_from.thread_id].append(t.id)
-            elif t.parent_id and t.parent_id in by_id:
-                children[t.parent_id].append(t.id)
-            else:
-                children[root.id].append(t.id)
-
-        def usage_of(tid: str) -> Usage:
-            return totals[tid].usage if tid in totals else Usage()
-
-        def node(tid: str) -> dict[str, Any]:
-            t = by_id[tid]
-            return {
-                "ref": t.ref,
-                "kind": str(t.kind),
-                "status": str(t.status),
-                "title": t.title,
-                "usage": usage_json(usage_of(tid)),
-                "tokens": usage_of(tid).total_tokens,
-                "cost_usd": totals[tid].cost_usd if tid in totals else 0.0,
-                "parent": None if t.parent_id is None else f"T-{t.parent_id}",
-                "forked_from": fork_json(t),
-                "children": [node(c) for c in children[tid]],
-                "forks": [node(f) for f in forks[tid]],
-            }
-
-        data = node(root.id)
-        data["focus"] = focus.ref
-
-        def text(p: Printer) -> None:
-            def walk(tid: str, prefix: str, connector: str, fork: bool) -> None:
-                t = by_id[tid]
-                parts: list[tuple[str, str | None]] = [(prefix + connector, "dim")]
-                if fork and t.forked_from:
-                    parts.append((f"⑂ fork of #{t.forked_from.at}  ", "magenta"))
-                parts += [
-                    (t.ref, "bold"),
-                    (f"  {t.kind}  ", None),
-                    status_cell(str(t.status)),
-                    (f"  {one_line(t.title, 60)}" if t.title else "", None),
-                    (f"  · {compact(usage_of(tid).total_tokens)} tok", "dim"),
-                ]
-                if tid == focus.id and tid != root.id:
-                    parts.append(("  ◀", "yellow"))
-                p.parts(parts)
-                kids = [(c, False) for c in children[tid]] + [(f, True) for f in forks[tid]]
-                below = prefix + ("" if not connector else "│  " if connector == "├─ " else "   ")
-                for i, (kid, is_fork) in enumerate(kids):
-                    walk(kid, below, "└─ " if i == len(kids) - 1 else "├─ ", is_fork)
-
-            walk(root.id, "", "", False)
-
-        return Output(data, text)
+        return _output(tree_view(focus, threads, totals, empty=Usage()))
 
     run_command(ctx, go)
 
 
 # ----------------------------------------------------------------- search
-
-_MATCH = re.compile(r"\[([^\[\]]*)\]")
-SNIPPET_WIDTH = 160
 
 
 @command("search")
@@ -291,34 +188,6 @@ def search(ctx: click.Context, query: str, job: str | None, limit: int) -> None:
     async def go(store: Store) -> Output:
         job_id = (await job_of(store, job)).id if job else None
         hits = await store.search(query, job_id=job_id, limit=limit)
-        data = [
-            {
-                "ref": h.ref,
-                "thread": f"T-{h.thread_id}",
-                "seq": h.seq,
-                "role": h.role,
-                "snippet": h.snippet,
-            }
-            for h in hits
-        ]
-
-        def text(p: Printer) -> None:
-            if not hits:
-                click.echo(f"no matches for {query!r}", err=True)
-            width = max((len(h.ref) for h in hits), default=0)
-            for h in hits:
-                parts: list[tuple[str, str | None]] = [
-                    (h.ref.ljust(width), "bold"),
-                    (f"  {h.role:<9}  ", "dim"),
-                ]
-                snippet, pos = one_line(h.snippet, SNIPPET_WIDTH), 0
-                for m in _MATCH.finditer(snippet):
-                    parts.append((snippet[pos : m.start()], None))
-                    parts.append((m.group(0) if not p.styled else m.group(1), "bold yellow"))
-                    pos = m.end()
-                parts.append((snippet[pos:], None))
-                p.parts(parts)
-
-        return Output(data, text)
+        return _output(search_view(query, hits))
 
     run_command(ctx, go)

@@ -10,15 +10,17 @@ Text view of the messages, by mode:
   indented, capped at ``CAP_LINES`` lines / ``CAP_CHARS`` characters (head and tail kept) with a
   marker naming the omitted size and the ref ``T-…#n`` to read it whole.
 - ``raw``: as tools, but nothing capped or indented: tool inputs and outputs verbatim, thinking
-  whole.
+  whole. A tool output stored apart (too large to keep inline: ``store._outputs``) is printed
+  whole from a ``WholeOutputs`` spooled before the store closed; without one, its preview.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+import tempfile
+from collections.abc import Iterator, Sequence
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from ._render import (
     STATUS_STYLES,
@@ -36,9 +38,84 @@ from ._render import (
 )
 
 if TYPE_CHECKING:
-    from store import Message, Result, ThreadInfo, Usage
+    from store import Message, Result, Store, ThreadInfo, Usage
+    from store._rawmodels import RawMessage, RawResult, RawThread, RawUsage
+
+    # Either read path's objects: the store's models, or the fast path's plain ones with the
+    # same attribute names (``store._rawmodels``). Nothing here imports pydantic to tell them
+    # apart: blocks are told by their ``type``, JSON comes from their ``model_dump``.
+    AnyThread = ThreadInfo | RawThread
+    AnyMessage = Message | RawMessage
+    AnyResult = Result | RawResult
+    AnyUsage = Usage | RawUsage
 
 Mode = Literal["brief", "tools", "raw"]
+
+SPOOL_CHARS = 1 << 20
+
+
+class WholeOutputs:
+    """The whole text of every tool output stored apart in some messages, copied from the store
+    into anonymous temporary files (bounded memory) while it is open, for printing afterwards
+    (``show --raw``, ``export``). Keyed by the message's owner thread, seq and tool_use_id."""
+
+    def __init__(self) -> None:
+        self._files: dict[tuple[str, int, str], tuple[IO[str], int, int]] = {}
+
+    @classmethod
+    async def spool(cls, store: Store, msgs: Sequence[Any]) -> WholeOutputs:
+        whole = cls()
+        for m in msgs:
+            for b in m.content:
+                if b.type != "tool_result" or getattr(b, "stored", None) is None:
+                    continue
+                f = tempfile.TemporaryFile("w+", encoding="utf-8", newline="")  # noqa: SIM115
+                newlines = longest = run = 0
+                async for piece in store.output_pieces(m.thread_id, m.seq, b.tool_use_id):
+                    f.write(piece)
+                    newlines += piece.count("\n")
+                    # the longest run of backticks, across pieces (Markdown fences it)
+                    if "`" not in piece:
+                        run = 0
+                        continue
+                    for chunk in re.findall(r"`+|[^`]+", piece):
+                        run = run + len(chunk) if chunk[0] == "`" else 0
+                        longest = max(longest, run)
+                f.seek(0)
+                whole._files[(m.thread_id, m.seq, b.tool_use_id)] = (f, newlines, longest)
+        return whole
+
+    def get(self, msg: Any, block: Any) -> tuple[IO[str], int, int] | None:
+        """(file at its start, newlines, longest backtick run) of ``block``'s whole output."""
+        found = self._files.get((msg.thread_id, msg.seq, block.tool_use_id))
+        if found is not None:
+            found[0].seek(0)
+        return found
+
+    def pieces(self, msg: Any, block: Any) -> Iterator[str] | None:
+        """The whole output of ``block`` without its trailing newlines, in pieces; None when it
+        is not here (an inline output: use ``block.text``)."""
+        found = self.get(msg, block)
+        if found is None:
+            return None
+        return _without_trailing_newlines(found[0])
+
+    def close(self) -> None:
+        for f, _, _ in self._files.values():
+            f.close()
+        self._files.clear()
+
+
+def _without_trailing_newlines(f: IO[str]) -> Iterator[str]:
+    held = ""
+    while piece := f.read(SPOOL_CHARS):
+        body = piece.rstrip("\n")
+        if not body:
+            held += piece
+            continue
+        yield held + body
+        held = piece[len(body) :]
+
 
 CAP_LINES = 40
 CAP_CHARS = 6000
@@ -49,22 +126,22 @@ CALL_WIDTH = 160
 # ----------------------------------------------------------------- JSON shapes
 
 
-def usage_json(usage: Usage) -> dict[str, int]:
+def usage_json(usage: AnyUsage) -> dict[str, int]:
     return usage.model_dump(mode="json")
 
 
-def cache_share(usage: Usage) -> float | None:
+def cache_share(usage: AnyUsage) -> float | None:
     """cache_read / (input + cache_read + cache_creation): how much input came from the cache."""
     total = usage.total_input
     return None if total == 0 else usage.cache_read_input_tokens / total
 
 
-def fork_json(info: ThreadInfo) -> dict[str, Any] | None:
+def fork_json(info: AnyThread) -> dict[str, Any] | None:
     f = info.forked_from
     return None if f is None else {"ref": f.ref, "at": f.at}
 
 
-def thread_json(info: ThreadInfo) -> dict[str, Any]:
+def thread_json(info: AnyThread) -> dict[str, Any]:
     """A thread's metadata as ``ls`` lists it (and ``show`` starts it)."""
     return {
         "ref": info.ref,
@@ -81,17 +158,17 @@ def thread_json(info: ThreadInfo) -> dict[str, Any]:
     }
 
 
-def message_json(msg: Message, thread_id: str) -> dict[str, Any]:
-    from store import content_json
-
-    out: dict[str, Any] = {"seq": msg.seq, "role": msg.role, "content": content_json(msg.content)}
+def message_json(msg: AnyMessage, thread_id: str) -> dict[str, Any]:
+    # the blocks as stored (``store.content_json``), from whichever read path built them
+    content = [b.model_dump(mode="json", exclude_none=True) for b in msg.content]
+    out: dict[str, Any] = {"seq": msg.seq, "role": msg.role, "content": content}
     if msg.thread_id != thread_id:
         out["from"] = _ref(msg.thread_id)
     out["created_at"] = iso(msg.created_at)
     return out
 
 
-def result_json(result: Result | None) -> dict[str, Any] | None:
+def result_json(result: AnyResult | None) -> dict[str, Any] | None:
     return None if result is None else result.model_dump(mode="json", exclude_none=True)
 
 
@@ -104,10 +181,10 @@ def _ref(thread_id: str | None) -> str | None:
 
 def render_header(
     p: Printer,
-    info: ThreadInfo,
+    info: AnyThread,
     *,
     shown: tuple[int, int] | None,
-    usage: Usage,
+    usage: AnyUsage,
     cost: float,
 ) -> None:
     p.parts(
@@ -143,7 +220,7 @@ def render_header(
         p.parts([(f"  {key:<10}", "dim"), (value, "red" if key == "error" else None)])
 
 
-def usage_line(usage: Usage, cost: float) -> str:
+def usage_line(usage: AnyUsage, cost: float) -> str:
     if usage.total_tokens == 0:
         return "none recorded"
     return (
@@ -154,7 +231,7 @@ def usage_line(usage: Usage, cost: float) -> str:
     )
 
 
-def render_result(p: Printer, result: Result) -> None:
+def render_result(p: Printer, result: AnyResult) -> None:
     style = {"done": "green", "partial": "yellow"}.get(result.status, "red")
     facts = [plural(result.turns, "turn")] if result.turns is not None else []
     if result.duration_s is not None:
@@ -207,19 +284,19 @@ def render_result(p: Printer, result: Result) -> None:
 
 def render_messages(
     p: Printer,
-    info: ThreadInfo,
-    msgs: Sequence[Message],
+    info: AnyThread,
+    msgs: Sequence[AnyMessage],
     mode: Mode,
     *,
-    before: Message | None = None,
+    before: AnyMessage | None = None,
+    whole: WholeOutputs | None = None,
 ) -> None:
     """The messages, each headed ``#seq role``; ``before`` (the message preceding a range) only
-    names the tools whose results open the range."""
-    from store import TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-
+    names the tools whose results open the range; ``whole`` has the outputs stored apart, which
+    ``raw`` prints whole."""
     names: dict[str, str] = {}
     if before is not None:
-        names.update((b.id, b.name) for b in before.tool_uses())
+        names.update((b.id, b.name) for b in before.content if b.type == "tool_use")
     for m in msgs:
         ref = f"{info.ref}#{m.seq}"
         p.line()
@@ -230,19 +307,24 @@ def render_messages(
             header.append((f"  (from T-{m.thread_id})", "dim"))
         p.parts(header)
         for b in m.content:
-            if isinstance(b, TextBlock):
+            if b.type == "text":
                 p.line(b.text)
-            elif isinstance(b, ThinkingBlock):
+            elif b.type == "thinking":
                 if mode == "raw":
                     p.line("[thinking]", "dim")
                     p.line(b.thinking, "dim")
                 else:
                     p.line(f"[thinking · {count(len(b.thinking))} chars]", "dim")
-            elif isinstance(b, ToolUseBlock):
+            elif b.type == "tool_use":
                 names[b.id] = b.name
                 _render_call(p, b.name, b.input, mode, ref)
-            elif isinstance(b, ToolResultBlock):
-                _render_output(p, names.get(b.tool_use_id, b.tool_use_id), b, mode, ref)
+            elif b.type == "tool_result":
+                found = whole.get(m, b) if whole is not None and mode == "raw" else None
+                name = names.get(b.tool_use_id, b.tool_use_id)
+                if found is not None and whole is not None:
+                    _render_whole_output(p, name, b, found[1], whole.pieces(m, b) or iter(()))
+                else:
+                    _render_output(p, name, b, mode, ref)
 
 
 def call_line(name: str, args: dict[str, Any]) -> tuple[str, list[str]]:
@@ -277,6 +359,9 @@ def _render_output(p: Printer, name: str, b: Any, mode: Mode, ref: str) -> None:
     text: str = b.text
     state = ("error", "red") if b.is_error else ("ok", "green")
     size = f" · {plural(len(_lines(text)), 'line')} · {plural(len(text), 'char')}"
+    stored = getattr(b, "stored", None)
+    if stored is not None:  # the text is a preview: give the whole output's size
+        size = f" · {plural(stored.chars, 'char')}, stored apart"
     parts: list[tuple[str, str | None]] = [
         ("← ", "magenta"),
         (f"{name} · ", None),
@@ -292,6 +377,20 @@ def _render_output(p: Printer, name: str, b: Any, mode: Mode, ref: str) -> None:
     p.parts(parts)
     if text:
         _body(p, text, mode, ref, "output")
+
+
+def _render_whole_output(
+    p: Printer, name: str, b: Any, newlines: int, pieces: Iterator[str]
+) -> None:
+    """``raw`` of an output stored apart: its header line, then the whole text, streamed."""
+    stored = b.stored
+    lines = newlines + (0 if b.text.endswith("\n") else 1)
+    state = ("error", "red") if b.is_error else ("ok", "green")
+    size = f" · {plural(lines, 'line')} · {plural(stored.chars, 'char')}"
+    p.parts([("← ", "magenta"), (f"{name} · ", None), state, (size, "dim")])
+    for piece in pieces:
+        p.write(piece)
+    p.write("\n")
 
 
 def _body(p: Printer, text: str, mode: Mode, ref: str, what: str) -> None:
@@ -349,9 +448,25 @@ def cap_text(
 def markdown(info: ThreadInfo, msgs: Sequence[Message], *, usage: Usage, cost: float) -> str:
     """A readable Markdown document of the thread: title, metadata, result, every message with
     tool calls and outputs in fenced blocks (whole: nothing is capped)."""
+    out: list[str] = []
+    write_markdown(out.append, info, msgs, usage=usage, cost=cost)
+    return "".join(out)
+
+
+def write_markdown(
+    write: Any,
+    info: ThreadInfo,
+    msgs: Sequence[Message],
+    *,
+    usage: Usage,
+    cost: float,
+    whole: WholeOutputs | None = None,
+) -> None:
+    """``markdown`` written piece by piece through ``write``; the outputs stored apart that
+    ``whole`` holds are streamed whole from it (bounded memory), the others are their preview."""
     from store import TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 
-    out: list[str] = [f"# {info.title or info.ref}", ""]
+    out: list[Any] = [f"# {info.title or info.ref}", ""]
     meta = [
         ("ref", f"`{info.ref}`"),
         ("kind", str(info.kind)),
@@ -399,8 +514,27 @@ def markdown(info: ThreadInfo, msgs: Sequence[Message], *, usage: Usage, cost: f
             elif isinstance(b, ToolResultBlock):
                 state = "error" if b.is_error else "ok"
                 name = names.get(b.tool_use_id, b.tool_use_id)
-                out += [f"**← `{name}`** {state}", "", *_fenced(b.text, "text"), ""]
-    return "\n".join(out).rstrip("\n") + "\n"
+                found = whole.get(m, b) if whole is not None else None
+                if found is not None and whole is not None:
+                    fence = "`" * max(3, found[2] + 1)
+                    fenced: list[Any] = [f"{fence}text", (whole, m, b), fence]
+                else:
+                    fenced = _fenced(b.text, "text")
+                out += [f"**← `{name}`** {state}", "", *fenced, ""]
+    while out and out[-1] == "":
+        out.pop()
+    if out and isinstance(out[-1], str):
+        out[-1] = out[-1].rstrip("\n")
+    for i, item in enumerate(out):
+        if i:
+            write("\n")
+        if isinstance(item, str):
+            write(item)
+        else:
+            source, m, b = item
+            for piece in source.pieces(m, b) or iter(()):
+                write(piece)
+    write("\n")
 
 
 def _markdown_result(r: Result) -> list[str]:

@@ -1,0 +1,245 @@
+"""The fast front of ``ls``, ``show``, ``search`` and ``tree``: the same output, without
+importing SQLAlchemy, pydantic or structlog.
+
+``attempt(argv)`` runs a command line on the read-only path (``store._rawread``) when it can
+answer it exactly as the full path would, and returns its exit code; otherwise it returns None
+having written nothing, and the full path (click, the async store) runs the command as always.
+It is taken when all of these hold:
+
+- the command is ``ls``, ``show``, ``search`` or ``tree`` with only options it knows
+  (``--db``, ``--json``; ``ls --job/--status/--kind/--limit``; ``show --tools/--redact``;
+  ``search --job/--limit``), each well formed — anything else (``--help``, ``-v``,
+  ``--log-json``, ``show --raw``, a bad value, an empty query) is left to click, which
+  reports it;
+- the database is a SQLite file that exists, is writable (as the full path needs it) and is
+  at the newest schema revision — a missing file, a URL (PostgreSQL), an old schema go the
+  full way, which creates or migrates;
+- every stored value read has a shape the light models know (``store._rawmodels``).
+
+Both paths render through the same builders (``_read_views``) and write through the same
+``cli.emit``/``cli.report_error``, so text, ``--json`` and errors (bad ref: exit 2; unknown or
+ambiguous: exit 3, with the candidates) are byte-identical; ``tests/orchestrator/
+test_fast_read.py`` runs both on one database and compares them.
+
+``THREADLOOM_NO_FAST=1`` turns the fast path off (the full path runs every command).
+``THREADLOOM_FAST_TRACE=FILE`` appends one JSON line per command to FILE: whether the fast
+path was taken (or why not) and which heavy modules were loaded — for tests and for
+measuring, never for users.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from ._read_views import View
+
+COMMANDS = ("ls", "show", "search", "tree")
+HEAVY_MODULES = ("sqlalchemy", "pydantic", "structlog", "aiosqlite", "alembic", "rich")
+"""Modules the fast path must not load (``rich`` only when writing to a terminal)."""
+
+_STATUSES = ("idle", "queued", "running", "done", "failed", "interrupted", "cancelled")
+_KINDS = ("lead", "worker", "reader")
+_LS_LIMIT = 50  # as _cmd_read.LS_LIMIT
+_SEARCH_LIMIT = 20
+
+
+@dataclass
+class Args:
+    """A command line the fast path understands."""
+
+    command: str
+    db: str | None = None
+    json: bool = False
+    positional: list[str] = field(default_factory=list)
+    options: dict[str, str] = field(default_factory=dict)
+    flags: set[str] = field(default_factory=set)
+
+
+# the options each command takes a value for, and its flags (``--json`` is everyone's)
+_VALUES = {"ls": ("--job", "--status", "--kind", "--limit"), "search": ("--job", "--limit")}
+_FLAGS = {"show": ("--tools", "--redact")}
+_POSITIONAL = {"ls": 0, "show": 1, "search": 1, "tree": 1}
+
+
+def parse(argv: Sequence[str]) -> Args | None:
+    """``argv`` as the fast path reads it, or None for anything it leaves to click."""
+    args = list(argv)
+    db: str | None = None
+    as_json = False
+    while args and args[0].startswith("-"):
+        opt = args.pop(0)
+        if opt == "--json":
+            as_json = True
+        elif opt == "--db" and args and not args[0].startswith("-"):
+            db = args.pop(0)
+        elif opt.startswith("--db="):
+            db = opt[len("--db=") :]
+        else:
+            return None
+    if not args or args[0] not in COMMANDS:
+        return None
+    out = Args(args.pop(0), db=db, json=as_json)
+    values, flags = _VALUES.get(out.command, ()), _FLAGS.get(out.command, ())
+    while args:
+        arg = args.pop(0)
+        name, eq, inline = arg.partition("=")
+        if arg == "--json":
+            out.json = True
+        elif arg in flags:
+            out.flags.add(arg)
+        elif name in values and eq:
+            out.options[name] = inline
+        elif arg in values and args and not args[0].startswith("-"):
+            out.options[arg] = args.pop(0)
+        elif arg.startswith("-"):  # --help, --raw, an unknown option, "--", "-": click's
+            return None
+        else:
+            out.positional.append(arg)
+    if len(out.positional) != _POSITIONAL[out.command]:
+        return None
+    return out if _valid(out) else None
+
+
+def _valid(args: Args) -> bool:
+    opts = args.options
+    if opts.get("--status", "idle") not in _STATUSES or opts.get("--kind", "lead") not in _KINDS:
+        return False
+    limit = opts.get("--limit", "1")
+    if not (limit.isascii() and limit.isdigit()) or len(limit) > 18:
+        return False
+    if args.command == "search":
+        return int(limit) >= 1 and bool(args.positional[0].split())
+    return True
+
+
+def database(db: str | None) -> Path | None:
+    """The SQLite file ``--db`` names (``THREADLOOM_DB``; default ``.threadloom/threads.db``)
+    if the fast path can read it as the full path would: an existing, writable regular file."""
+    if db is None:
+        db = os.environ.get("THREADLOOM_DB") or None
+    if db is None:
+        path = Path.cwd() / ".threadloom" / "threads.db"
+    elif "://" in db:
+        return None  # a URL: PostgreSQL, or sqlite:/// spelled out — the full path's
+    else:
+        path = Path(db).expanduser().resolve()
+    try:
+        ok = path.is_file() and os.access(path, os.R_OK | os.W_OK)
+    except OSError:
+        return None
+    return path if ok and os.access(path.parent, os.W_OK) else None
+
+
+# ----------------------------------------------------------------- running
+
+
+def attempt(argv: Sequence[str]) -> int | None:
+    """Run ``argv`` on the fast path and return its exit code, or None (nothing written) when
+    the full path must run it. Store errors (bad, unknown or ambiguous refs) propagate, to be
+    reported by the caller as the full path reports them."""
+    if os.environ.get("THREADLOOM_NO_FAST", "") not in ("", "0"):
+        return _declined("THREADLOOM_NO_FAST")
+    args = parse(argv)
+    if args is None:
+        return _declined("arguments")
+    path = database(args.db)
+    if path is None:
+        return _declined("database")
+    from store._rawmodels import Unsupported
+    from store._rawread import open_at_head
+
+    try:
+        conn = open_at_head(path)
+    except Unsupported as err:
+        return _declined(str(err))
+    from store.errors import StoreError
+
+    try:
+        view = _view(conn, args)
+    except StoreError:  # a bad, unknown or ambiguous ref: reported as the full path does
+        _trace(taken=True)
+        raise
+    except Exception as err:  # Unsupported, sqlite3.Error, or a bug here: the full path's
+        return _declined(f"{type(err).__name__}: {err}")
+    finally:
+        conn.close()
+    _trace(taken=True)
+    from .cli import AppContext, Output, emit
+
+    emit(
+        AppContext(json=args.json),
+        Output(view.data, view.text, redact=view.redact, verbatim=view.verbatim),
+    )
+    return 0
+
+
+def _view(conn: sqlite3.Connection, args: Args) -> View:
+    from store import _rawread as raw
+    from store._rawmodels import RawUsage
+
+    from . import _read_views as views
+
+    opts = args.options
+    if args.command == "ls":
+        job = raw.job_of(conn, opts["--job"]).id if "--job" in opts else None
+        limit = int(opts.get("--limit", _LS_LIMIT))
+        rows = raw.list_threads(
+            conn,
+            job_id=job,
+            status=opts.get("--status"),
+            kind=opts.get("--kind"),
+            limit=limit + 1 if limit else None,
+        )
+        more = bool(limit) and len(rows) > limit
+        return views.ls_view(rows[:limit] if limit else rows, limit=limit, more=more)
+    if args.command == "show":
+        info, start, end = raw.resolve(conn, args.positional[0])
+        first = start or 1
+        msgs = raw.messages(conn, info.id, start=first, end=end)
+        before = raw.message(conn, info.id, first - 1) if first > 1 else None
+        sums = raw.usage_totals(conn, thread_id=info.id)
+        return views.show_view(
+            info,
+            msgs,
+            start=start,
+            end=end,
+            before=before,
+            usage=sums[0].usage if sums else RawUsage(),
+            cost=sums[0].cost_usd if sums else 0.0,
+            mode="tools" if "--tools" in args.flags else "brief",
+            redact="--redact" in args.flags,
+        )
+    if args.command == "tree":
+        focus = raw.resolve(conn, args.positional[0])[0]
+        threads = raw.job_tree(conn, focus.job_id)
+        totals = {t.thread_id: t for t in raw.usage_totals(conn, job_id=focus.job_id)}
+        return views.tree_view(focus, threads, totals, empty=RawUsage())
+    query = args.positional[0]
+    job = raw.job_of(conn, opts["--job"]).id if "--job" in opts else None
+    hits = raw.search(conn, query, job_id=job, limit=int(opts.get("--limit", _SEARCH_LIMIT)))
+    return views.search_view(query, hits)
+
+
+def _declined(reason: str) -> int | None:
+    _trace(taken=False, reason=reason)
+    return None
+
+
+def _trace(*, taken: bool, reason: str | None = None) -> None:
+    where = os.environ.get("THREADLOOM_FAST_TRACE")
+    if not where:
+        return
+    import json
+
+    heavy = sorted(m for m in sys.modules if m.split(".")[0] in HEAVY_MODULES)
+    line = {"taken": taken, "reason": reason, "heavy_modules": heavy, "argv": sys.argv[1:]}
+    with open(where, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(line) + "\n")
