@@ -1,0 +1,576 @@
+"""The fast read path (``orchestrator._fast`` over ``store._rawread``) prints exactly what the
+full path prints, and really is taken without SQLAlchemy, pydantic or structlog.
+
+One real database: the demo job run by the CLI, a fork by reference, an import with non-ASCII
+text, escape sequences and a secret, a thread left ``running`` by a dead runner (reads
+``interrupted``) and one whose runner lives. Each command of the matrix runs twice in
+subprocesses — with ``THREADLOOM_NO_FAST=1`` (the full path) and without (the fast path,
+traced by ``THREADLOOM_FAST_TRACE``) — and stdout, stderr and the exit code must be equal, and
+the trace must say the fast path answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store import NewMessage, Status, Store
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("sqlalchemy", "pydantic", "structlog", "aiosqlite", "alembic")
+
+IMPORT_TITLE = "Ünïcode \x1b]0;pwned\x07 title 日本語 \u202eevil"
+SECRET = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123"
+IMPORT_LINES = [
+    {
+        "role": "user",
+        "content": "Héllo wörld — naïve café ✓ \x1b[31mred\x1b[0m, a bell \x07, bidi \u202eevil",
+    },
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "plan: list the files", "signature": "sig"},
+            {"type": "text", "text": "Listing the files of the répertoire."},
+            {"type": "tool_use", "id": "tu1", "name": "bash", "input": {"command": "ls ✓"}},
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "tu1",
+                "content": [
+                    {"type": "text", "text": "line1\r\nline2\rover\x1b[2J"},
+                    {"type": "text", "text": "日本語 wide zebrafish"},
+                ],
+            }
+        ],
+    },
+    {"role": "assistant", "content": f"The key was {SECRET}; done 日本語 zebrafish."},
+]
+
+
+@dataclass(frozen=True)
+class Db:
+    path: Path
+    lead: str
+    worker: str
+    fork: str
+    imported: str
+    dead: str
+    live: str
+
+    def ref(self, name: str) -> str:
+        return f"T-{getattr(self, name)}"
+
+
+def _cli(
+    *args: str, cwd: Path, fast: bool, trace: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THREADLOOM_")}
+    env["COLUMNS"] = "120"
+    if not fast:
+        env["THREADLOOM_NO_FAST"] = "1"
+    if trace is not None:
+        env["THREADLOOM_FAST_TRACE"] = str(trace)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        errors="surrogateescape",
+        timeout=300,
+        check=False,
+    )
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()  # reaped: no process has this pid now
+    return proc.pid
+
+
+async def _add_running_threads(db: Path, lead: str) -> tuple[str, str]:
+    store = await Store.open(str(db))
+    try:
+        host = socket.gethostname()
+        out = []
+        for title, owner in (
+            ("stuck run ✓", f"{host}:{_dead_pid()}:deadbeef"),
+            ("live run", f"{host}:{os.getpid()}:alive"),
+        ):
+            t = await store.create_thread(
+                kind="worker",
+                title=title,
+                parent_id=lead,
+                messages=[NewMessage.user(f"{title}: work in progress")],
+            )
+            await store.set_status(t.id, Status.RUNNING)
+            await store.acquire_lease(t.id, owner, ttl_s=3600)
+            out.append(t.id)
+        return out[0], out[1]
+    finally:
+        await store.close()
+
+
+def _age_threads(db: Path, days: int) -> None:
+    """Move every thread's creation back ``days`` days, so ages ("2w") do not tick between
+    the two runs of a command."""
+    fmt = "%Y-%m-%d %H:%M:%S.%f"
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        rows = conn.execute("SELECT id, created_at, updated_at FROM threads").fetchall()
+        conn.execute("BEGIN IMMEDIATE")
+        for tid, created, updated in rows:
+            back = [
+                (datetime.strptime(v, fmt) - timedelta(days=days)).strftime(fmt)
+                for v in (created, updated)
+            ]
+            conn.execute(
+                "UPDATE threads SET created_at = ?, updated_at = ? WHERE id = ?", (*back, tid)
+            )
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Db:
+    where = tmp_path_factory.mktemp("fast-read")
+    path = where / "threads.db"
+    demo = _cli("--db", str(path), "--json", "demo", cwd=where, fast=False)
+    assert demo.returncode == 0, demo.stderr
+    ran = json.loads(demo.stdout)
+    lead, worker = ran["lead"], ran["workers"][0]["ref"]
+    fork = _cli(
+        "--db", str(path), "--json", "fork", f"{worker}#3", "Try again: ünï \x1b[2J", "--no-run",
+        cwd=where,
+        fast=False,
+    )  # fmt: skip
+    assert fork.returncode == 0, fork.stderr
+    src = where / "session.jsonl"
+    src.write_text("\n".join(json.dumps(line) for line in IMPORT_LINES) + "\n", encoding="utf-8")
+    imported = _cli(
+        "--db", str(path), "--json", "import", str(src), "--title", IMPORT_TITLE,
+        cwd=where,
+        fast=False,
+    )  # fmt: skip
+    assert imported.returncode == 0, imported.stderr
+    dead, live = asyncio.run(_add_running_threads(path, lead.removeprefix("T-")))
+    _age_threads(path, days=20)
+    return Db(
+        path=path,
+        lead=lead.removeprefix("T-"),
+        worker=worker.removeprefix("T-"),
+        fork=json.loads(fork.stdout)["ref"].removeprefix("T-"),
+        imported=json.loads(imported.stdout)["ref"].removeprefix("T-"),
+        dead=dead,
+        live=live,
+    )
+
+
+def _matrix(d: Db) -> list[tuple[str, ...]]:
+    lead, worker, fork, imp = d.ref("lead"), d.ref("worker"), d.ref("fork"), d.ref("imported")
+    ambiguous = lead[:6]  # every id of one test run shares its first characters
+    return [
+        ("ls",),
+        ("--json", "ls"),
+        ("ls", "--json", "--limit", "2"),
+        ("ls", "--limit", "0"),
+        ("ls", "--limit=3"),
+        ("ls", "--job", fork[:12]),
+        ("--json", "ls", "--job", worker),
+        ("ls", "--status", "done"),
+        ("ls", "--status", "running"),
+        ("--json", "ls", "--status", "interrupted"),
+        ("ls", "--status", "interrupted", "--limit", "1"),
+        ("ls", "--status", "cancelled"),
+        ("ls", "--kind", "worker"),
+        ("--json", "ls", "--kind", "lead"),
+        ("show", lead),
+        ("show", worker),
+        ("show", worker, "--tools"),
+        ("show", f"{worker}#3-5"),
+        ("show", "--tools", f"{worker}#3-"),
+        ("show", f"{worker}#4"),
+        ("--json", "show", worker),
+        ("show", "--json", f"{worker}#2-3"),
+        ("show", fork),
+        ("--json", "show", fork),
+        ("show", f"{fork}#2-4", "--tools"),
+        ("show", imp),
+        ("show", imp, "--tools"),
+        ("show", imp, "--redact"),
+        ("--json", "show", imp),
+        ("--json", "show", imp, "--redact"),
+        ("show", d.ref("dead")),
+        ("--json", "show", d.ref("live")),
+        ("show", d.ref("dead")[:20]),
+        ("tree", lead),
+        ("tree", fork),
+        ("--json", "tree", worker),
+        ("tree", imp),
+        ("search", "tokenizer"),
+        ("--json", "search", "tokenizer", "--limit", "3"),
+        ("search", "zebrafish"),
+        ("search", "日本語"),
+        ("search", "sk-ant-api03"),
+        ("--json", "search", "zebrafish"),
+        ("search", "calc/tokenizer.py:12"),
+        ("search", '"unbalanced'),
+        ("search", '"off-by-one bound"'),
+        ("search", "AND OR NOT ("),
+        ("search", "nosuchwordanywhere"),
+        ("--json", "search", "nosuchwordanywhere"),
+        ("search", "tokenizer", "--job", fork),
+        ("search", "zebrafish", "--job", lead),
+        # errors: bad ref (2), unknown (3), ambiguous (3, listing candidates), past the end (3)
+        ("show", "T-01"),
+        ("--json", "show", "T-01"),
+        ("show", f"{worker}#٣"),
+        ("show", "T-zzzzzzzz"),
+        ("--json", "tree", "T-zzzzzzzz"),
+        ("show", ambiguous),
+        ("--json", "show", ambiguous),
+        ("ls", "--job", ambiguous),
+        ("search", "x", "--job", "T-zzzz"),
+        ("show", f"{worker}#99"),
+        ("show", f"{worker}#2-99"),
+    ]
+
+
+def _trace_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _both(db: Db, args: tuple[str, ...], trace: Path) -> tuple[Any, Any, list[dict[str, Any]]]:
+    full = ("--db", str(db.path), *args)
+    slow = _cli(*full, cwd=db.path.parent, fast=False)
+    fast = _cli(*full, cwd=db.path.parent, fast=True, trace=trace)
+    return slow, fast, _trace_lines(trace)
+
+
+# The full path of a whole matrix in one subprocess: ``main`` called once per command line
+# with stdout/stderr captured (a pipe's view: not a terminal), THREADLOOM_NO_FAST set. One
+# interpreter start instead of sixty (each costs the full path's ~1 s of imports); a few
+# commands are also compared process against process below.
+_SLOW_BATCH = """
+import io, json, os, sys
+os.environ["THREADLOOM_NO_FAST"] = "1"
+from orchestrator.cli import main
+runs = []
+for args in json.load(sys.stdin):
+    out, err = io.StringIO(), io.StringIO()
+    sys.stdout, sys.stderr = out, err
+    code = 0
+    try:
+        main(args, prog_name="threadloom")
+    except SystemExit as exc:
+        code = exc.code or 0
+    finally:
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+    runs.append([code, out.getvalue(), err.getvalue()])
+json.dump(runs, sys.stdout)
+"""
+
+
+def _slow_batch(db: Db, matrix: list[tuple[str, ...]]) -> list[tuple[int, str, str]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THREADLOOM_")}
+    env["COLUMNS"] = "120"
+    proc = subprocess.run(
+        [sys.executable, "-c", _SLOW_BATCH],
+        input=json.dumps([["--db", str(db.path), *args] for args in matrix]),
+        cwd=db.path.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [(code, out, err) for code, out, err in json.loads(proc.stdout)]
+
+
+def test_every_command_of_the_matrix_prints_the_same_bytes_on_both_paths(
+    db: Db, tmp_path: Path
+) -> None:
+    matrix = _matrix(db)
+
+    def fast(i: int) -> tuple[tuple[int, str, str], list[dict[str, Any]]]:
+        trace = tmp_path / f"trace-{i}"
+        proc = _cli("--db", str(db.path), *matrix[i], cwd=db.path.parent, fast=True, trace=trace)
+        return (proc.returncode, proc.stdout, proc.stderr), _trace_lines(trace)
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        fast_runs = pool.map(fast, range(len(matrix)))
+        slow_runs = _slow_batch(db, matrix)
+        fast_runs = list(fast_runs)
+    problems = []
+    for args, slow, (got, trace) in zip(matrix, slow_runs, fast_runs, strict=True):
+        if got != slow:
+            problems.append(
+                f"{args}: exit {got[0]} vs {slow[0]}\n"
+                f"fast stdout {got[1][:600]!r}\nfull stdout {slow[1][:600]!r}\n"
+                f"fast stderr {got[2][:300]!r}\nfull stderr {slow[2][:300]!r}"
+            )
+        elif not (len(trace) == 1 and trace[0]["taken"]):
+            problems.append(f"{args}: the fast path was not taken: {trace}")
+    assert not problems, "\n\n".join(problems)
+    # the matrix covers what it claims: errors of both codes, the liveness rule, candidates
+    by_args = dict(zip(matrix, slow_runs, strict=True))
+    assert by_args[("show", "T-01")][0] == 2
+    assert by_args[("show", "T-zzzzzzzz")][0] == 3
+    ambiguous = by_args[("show", db.ref("lead")[:6])]
+    assert ambiguous[0] == 3 and "is ambiguous: T-" in ambiguous[2]
+    interrupted = json.loads(by_args[("--json", "ls", "--status", "interrupted")][1])
+    assert [r["ref"] for r in interrupted] == [db.ref("dead")]
+    assert json.loads(by_args[("--json", "show", db.ref("live"))][1])["status"] == "running"
+    shown = by_args[("show", db.ref("imported"))][1]
+    assert "^[" in shown and "\x1b" not in shown  # ESC shown, not sent
+    assert SECRET in shown  # the record, unless --redact
+    assert SECRET not in by_args[("show", db.ref("imported"), "--redact")][1]
+    assert SECRET not in by_args[("search", "sk-ant-api03")][1]
+    assert by_args[("search", "zebrafish")][1].count(db.ref("imported")) == 2
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("ls",),
+        ("show", "{worker}", "--tools"),
+        ("--json", "show", "{fork}"),
+        ("tree", "{worker}"),
+        ("search", "zebrafish"),
+        ("--json", "show", "{ambiguous}"),
+    ],
+)
+def test_process_against_process_the_two_paths_print_the_same(
+    db: Db, tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    refs = {"worker": db.ref("worker"), "fork": db.ref("fork"), "ambiguous": db.ref("lead")[:6]}
+    args = tuple(a.format(**refs) for a in args)
+    slow, fast, trace = _both(db, args, tmp_path / "trace")
+    assert (fast.returncode, fast.stdout, fast.stderr) == (
+        slow.returncode,
+        slow.stdout,
+        slow.stderr,
+    )
+    assert [t["taken"] for t in trace] == [True]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("show", "{worker}", "--raw"),
+        ("ls", "--status", "nope"),
+        ("search", "   "),
+        ("show",),
+    ],
+)
+def test_what_the_fast_path_leaves_to_click_still_prints_the_same(
+    db: Db, tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    args = tuple(a.format(worker=db.ref("worker")) for a in args)
+    slow, fast, trace = _both(db, args, tmp_path / "trace")
+    assert (fast.returncode, fast.stdout, fast.stderr) == (
+        slow.returncode,
+        slow.stdout,
+        slow.stderr,
+    )
+    assert [t["taken"] for t in trace] == [False]
+
+
+@pytest.mark.parametrize("command", ["ls", "show", "search", "tree"])
+def test_the_fast_path_loads_no_heavy_module(db: Db, tmp_path: Path, command: str) -> None:
+    arg = {"ls": [], "search": ["tokenizer"]}.get(command, [db.ref("worker")])
+    trace = tmp_path / "trace"
+    proc = _cli("--db", str(db.path), command, *arg, cwd=tmp_path, fast=True, trace=trace)
+    assert proc.returncode == 0, proc.stderr
+    [line] = _trace_lines(trace)
+    assert line["taken"] is True
+    assert line["heavy_modules"] == []
+
+
+def test_importtime_of_ls_shows_no_sqlalchemy_pydantic_or_structlog(db: Db, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THREADLOOM_")}
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "orchestrator", "--db", str(db.path), "ls"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
+    assert "store._rawread" in imported  # the fast path ran
+    assert not {m for m in imported if m.split(".")[0] in HEAVY}
+
+
+def test_a_missing_database_goes_the_full_way_and_is_created(tmp_path: Path) -> None:
+    trace = tmp_path / "trace"
+    proc = _cli("ls", cwd=tmp_path, fast=True, trace=trace)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "no threads\n"
+    assert (tmp_path / ".threadloom" / "threads.db").is_file()
+    assert _trace_lines(trace)[0] == {
+        "taken": False,
+        "reason": "database",
+        "heavy_modules": [],
+        "argv": ["ls"],
+    }
+    again = _cli("ls", cwd=tmp_path, fast=True, trace=trace)  # now at head: the fast path
+    assert (again.returncode, again.stderr) == (0, "no threads\n")
+    assert _trace_lines(trace)[1]["taken"] is True
+
+
+def test_a_database_behind_the_newest_schema_is_left_to_the_full_path(
+    db: Db, tmp_path: Path
+) -> None:
+    from store import _rawread
+    from store._rawmodels import Unsupported
+
+    old = tmp_path / "old.db"
+    conn = sqlite3.connect(old)
+    conn.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+    conn.execute("INSERT INTO alembic_version VALUES ('0001')")
+    conn.commit()
+    conn.close()
+    with pytest.raises(Unsupported, match="is not at"):
+        _rawread.open_at_head(old)
+    _rawread.open_at_head(db.path).close()
+
+
+# ----------------------------------------------------------------- the mirrors hold
+
+
+def test_light_shapes_are_the_pydantic_models_fields_in_order() -> None:
+    import store
+    from store._rawmodels import _MISSING, LIGHT_SHAPES
+
+    for name, fields in LIGHT_SHAPES.items():
+        model = getattr(store, name)
+        expected = [
+            (n, _MISSING if f.is_required() else f.get_default(call_default_factory=True))
+            for n, f in model.model_fields.items()
+        ]
+        assert list(fields) == expected, name
+
+
+def test_light_blocks_and_results_dump_as_the_models_do() -> None:
+    from store import CONTENT_ADAPTER, Result, content_json
+    from store._rawmodels import block_from_json, result_from_json
+
+    blocks: list[dict[str, Any]] = [
+        {"type": "text", "text": "hi ✓"},
+        {"type": "thinking", "thinking": "t"},
+        {"type": "thinking", "thinking": "t", "signature": "s"},
+        {"type": "tool_use", "id": "a", "name": "bash"},
+        {"type": "tool_use", "id": "a", "name": "bash", "input": {"x": [1, 2.5, None, "é"]}},
+        {"type": "tool_result", "tool_use_id": "a"},
+        {"type": "tool_result", "tool_use_id": "a", "content": "out", "is_error": True},
+        {"type": "tool_result", "tool_use_id": "a", "content": [{"type": "text", "text": "x"}]},
+    ]
+    models = content_json(CONTENT_ADAPTER.validate_python(blocks))
+    light = [block_from_json(b).model_dump(mode="json", exclude_none=True) for b in blocks]
+    assert json.dumps(light) == json.dumps(models)
+    result = {
+        "summary": "s",
+        "status": "done",
+        "findings": [{"claim": "c"}],
+        "usage": {"output_tokens": 3},
+        "duration_s": 2,
+        "turns": 4,
+    }
+    want = Result.model_validate(result).model_dump(mode="json", exclude_none=True)
+    got = result_from_json(result).model_dump(mode="json", exclude_none=True)
+    assert json.dumps(got) == json.dumps(want)
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        {"type": "text", "text": "x", "citations": []},
+        {"type": "image", "source": {}},
+        {"type": "tool_result", "tool_use_id": "a", "content": [{"type": "image"}]},
+        {"type": "tool_use", "id": "a", "name": "n", "input": []},
+    ],
+)
+def test_a_stored_shape_the_light_models_do_not_know_is_left_to_the_full_path(
+    block: dict[str, Any],
+) -> None:
+    from store._rawmodels import Unsupported, block_from_json
+
+    with pytest.raises(Unsupported):
+        block_from_json(block)
+
+
+def test_the_mirrored_rules_agree_with_the_store() -> None:
+    from store import _db, _rawread, _schema, _search, _store
+
+    assert _db.SCHEMA_HEAD is _schema.SCHEMA_HEAD
+    assert _rawread.BUSY_TIMEOUT_MS == _db.BUSY_TIMEOUT_MS
+    assert _rawread.SNIPPET_WORDS == _search.SNIPPET_WORDS
+    for query in [
+        "",
+        "  ",
+        "word",
+        "two words",
+        '"a phrase" and',
+        '"unbalanced',
+        'quote"inside',
+        "foo.py:12",
+        "AND OR NOT (",
+        'a "" b',
+        "日本語 ✓",
+    ]:
+        assert _rawread.fts5_query(query) == _search.fts5_query(query), query
+    chains = [[("a", 0)], [("b", 5), ("a", 0)], [("c", 3), ("b", 5), ("a", 0)]]
+    for chain in chains:
+        for head in range(0, 10):
+            for start in range(1, 11):
+                for end in [None, *range(start, 11)]:
+                    want = _store.segments(head, chain, start, end)
+                    assert _rawread.segments(head, chain, start, end) == want
+
+
+def test_the_fast_parser_declines_what_it_does_not_know() -> None:
+    from orchestrator._fast import parse
+
+    assert parse(["ls"]) is not None
+    assert parse(["--db", "x.db", "--json", "show", "T-abcd", "--tools"]) is not None
+    for argv in (
+        [],
+        ["stats"],
+        ["-v", "ls"],
+        ["--log-json", "ls"],
+        ["ls", "extra"],
+        ["show"],
+        ["show", "T-abcd", "--raw"],
+        ["show", "T-abcd", "--", "x"],
+        ["ls", "--limit", "+5"],
+        ["ls", "--limit", "٣"],
+        ["ls", "--kind", "boss"],
+        ["search", ""],
+        ["search", "x", "--limit", "0"],
+        ["--db", "--json", "ls"],
+        ["ls", "--job"],
+        ["tree", "-"],
+    ):
+        assert parse(argv) is None, argv
