@@ -16,10 +16,15 @@ It is taken when all of these hold:
   full way, which creates or migrates;
 - every stored value read has a shape the light models know (``store._rawmodels``).
 
-Both paths render through the same builders (``_read_views``) and write through the same
-``cli.emit``/``cli.report_error``, so text, ``--json`` and errors (bad ref: exit 2; unknown or
-ambiguous: exit 3, with the candidates) are byte-identical; ``tests/orchestrator/
-test_fast_read.py`` runs both on one database and compares them.
+Both paths render through the same builders (``_read_views``), so text, ``--json`` and errors
+(bad ref: exit 2; unknown or ambiguous: exit 3, with the candidates) are byte-identical;
+``tests/orchestrator/test_fast_read.py`` runs both on one database and compares them.
+
+Two entries: in the ``threadloom`` process itself, ``early`` runs from ``orchestrator.cli``'s
+first import (``_fast_entry``), before click is imported (click and the CLI module cost ~25 ms
+of a ~100 ms budget), writing through ``_emit``/``_report`` — ``cli.emit``/``cli.report_error``
+for the cases met here, without click. In-process callers (``CliRunner``, an embedding program)
+reach ``attempt`` from ``ThreadloomGroup.main``, which writes through ``cli.emit`` itself.
 
 ``THREADLOOM_NO_FAST=1`` turns the fast path off (the full path runs every command).
 ``THREADLOOM_FAST_TRACE=FILE`` appends one JSON line per command to FILE: whether the fast
@@ -42,8 +47,9 @@ if TYPE_CHECKING:
     from ._read_views import View
 
 COMMANDS = ("ls", "show", "search", "tree")
-HEAVY_MODULES = ("sqlalchemy", "pydantic", "structlog", "aiosqlite", "alembic", "rich")
-"""Modules the fast path must not load (``rich`` only when writing to a terminal)."""
+HEAVY_MODULES = ("sqlalchemy", "pydantic", "structlog", "aiosqlite", "alembic", "rich", "click")
+"""Modules the fast path must not load (``rich`` only on a terminal; ``click`` when run as
+``threadloom``: ``early`` answers before it is imported)."""
 
 _STATUSES = ("idle", "queued", "running", "done", "failed", "interrupted", "cancelled")
 _KINDS = ("lead", "worker", "reader")
@@ -141,10 +147,41 @@ def database(db: str | None) -> Path | None:
 # ----------------------------------------------------------------- running
 
 
-def attempt(argv: Sequence[str]) -> int | None:
+_ATTEMPTED = False  # the early attempt declined: the one in ThreadloomGroup.main need not retry
+
+
+def early() -> None:
+    """Called by ``orchestrator.cli`` before it imports click: in the ``threadloom`` process
+    itself (the console script or ``python -m orchestrator``), run the command on the fast
+    path and exit with its code, so click (~25 ms) is never imported for it. Elsewhere (a
+    test's ``CliRunner``, an embedding program) it does nothing; ``ThreadloomGroup.main``
+    calls ``attempt`` then."""
+    global _ATTEMPTED
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    entry = getattr(spec, "name", None) == "orchestrator.__main__" or (
+        spec is None and Path(sys.argv[0]).name in ("threadloom", "threadloom.exe")
+    )
+    if not entry:
+        return
+    _ATTEMPTED = True
+    try:
+        code = attempt(sys.argv[1:], standalone=True)
+    except Exception as exc:  # a store error: a bad, unknown or ambiguous ref
+        code = _report(exc, json_mode="--json" in sys.argv[1:])
+    except KeyboardInterrupt as exc:
+        code = _report(exc, json_mode="--json" in sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
+
+
+def attempt(argv: Sequence[str], *, standalone: bool = False) -> int | None:
     """Run ``argv`` on the fast path and return its exit code, or None (nothing written) when
     the full path must run it. Store errors (bad, unknown or ambiguous refs) propagate, to be
-    reported by the caller as the full path reports them."""
+    reported by the caller as the full path reports them. ``standalone``: write through this
+    module's copy of ``cli.emit`` (click not imported) instead of ``cli.emit`` itself."""
+    if _ATTEMPTED and not standalone:
+        return None
     if os.environ.get("THREADLOOM_NO_FAST", "") not in ("", "0"):
         return _declined("THREADLOOM_NO_FAST")
     args = parse(argv)
@@ -172,6 +209,8 @@ def attempt(argv: Sequence[str]) -> int | None:
     finally:
         conn.close()
     _trace(taken=True)
+    if standalone:
+        return _emit(view, as_json=args.json)
     from .cli import AppContext, Output, emit
 
     emit(
@@ -179,6 +218,74 @@ def attempt(argv: Sequence[str]) -> int | None:
         Output(view.data, view.text, redact=view.redact, verbatim=view.verbatim),
     )
     return 0
+
+
+# ``cli.emit`` and ``cli.report_error`` for the cases the fast path meets, without click (the
+# parity tests run the fast side through these and hold them to the full path's bytes)
+
+
+def _emit(view: View, *, as_json: bool) -> int:
+    import io
+
+    from store import redact, redact_data
+
+    from ._render import Printer, dumps
+
+    stdout = sys.stdout
+    try:
+        if as_json:
+            stdout.write(dumps(redact_data(view.data) if view.redact else view.data) + "\n")
+        elif not view.redact:
+            view.text(Printer(stdout, verbatim=view.verbatim))
+        else:  # rendered whole, then redacted: a secret may span several writes
+
+            class _Buffer(io.StringIO):
+                def isatty(self) -> bool:
+                    try:
+                        return bool(stdout.isatty())
+                    except (AttributeError, ValueError):
+                        return False
+
+            buf = _Buffer()
+            view.text(Printer(buf, verbatim=view.verbatim))
+            stdout.write(redact(buf.getvalue()))
+        stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+    except OSError as err:
+        from ._errors import EXIT_FAILED, CliError
+
+        return _report(
+            CliError(f"cannot write the output: {err.strerror or err}", EXIT_FAILED),
+            json_mode=as_json,
+        )
+    return 0
+
+
+def _report(exc: BaseException, *, json_mode: bool) -> int:
+    from store import redact
+
+    from ._errors import exit_code_for, one_line
+    from ._render import dumps, visible
+
+    code, message = exit_code_for(exc), visible(redact(one_line(exc)))
+    try:
+        if json_mode:
+            sys.stdout.write(dumps({"error": {"code": code, "message": message}}) + "\n")
+            sys.stdout.flush()
+        sys.stderr.write(f"threadloom: error: {message}\n")
+        sys.stderr.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+    return code
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def _view(conn: sqlite3.Connection, args: Args) -> View:

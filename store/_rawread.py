@@ -5,8 +5,9 @@ Those commands spent ~1 s importing SQLAlchemy, pydantic and structlog to run a 
 queries. This module answers the same questions through one read-only ``sqlite3`` connection
 (``file:…?mode=ro``, a busy timeout, one deferred transaction: a consistent WAL snapshot that
 never blocks a writer) and returns plain objects with the attribute names of the store's models
-(``ThreadInfo``, ``Message``, the content blocks, ``Result``, ``Usage``), so the same rendering
-code serves both paths. Nothing here imports SQLAlchemy, pydantic or structlog.
+(``ThreadInfo``, ``Message``, the content blocks, ``Result``, ``Usage``: ``store._rawmodels``),
+so the same rendering code serves both paths. Nothing here imports SQLAlchemy, pydantic or
+structlog.
 
 It answers only what it can answer exactly as the full store would; anything else raises
 ``Unsupported`` and the caller falls back to the full path:

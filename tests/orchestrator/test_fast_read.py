@@ -29,7 +29,7 @@ import pytest
 from store import NewMessage, Status, Store
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("sqlalchemy", "pydantic", "structlog", "aiosqlite", "alembic")
+HEAVY = ("sqlalchemy", "pydantic", "structlog", "aiosqlite", "alembic", "click")
 
 IMPORT_TITLE = "Ünïcode \x1b]0;pwned\x07 title 日本語 \u202eevil"
 SECRET = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123"
