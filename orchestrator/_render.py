@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import sys
 import unicodedata
 from collections.abc import Sequence
@@ -127,6 +126,8 @@ class Printer:
             for i in range(len(columns))
         ]
         if self.styled:
+            import shutil  # only on a terminal: shutil pulls in bz2 and lzma (~3 ms)
+
             excess = sum(widths) + 2 * (len(widths) - 1) - shutil.get_terminal_size().columns
             for i, col in enumerate(columns):
                 if col.wrap and excess > 0:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
 from collections.abc import Iterator, Sequence
 from typing import IO, TYPE_CHECKING, Any, Literal
 
@@ -69,6 +68,8 @@ class WholeOutputs:
             for b in m.content:
                 if b.type != "tool_result" or getattr(b, "stored", None) is None:
                     continue
+                import tempfile  # here: the fast read path never spools, and pays nothing
+
                 f = tempfile.TemporaryFile("w+", encoding="utf-8", newline="")  # noqa: SIM115
                 newlines = longest = run = 0
                 async for piece in store.output_pieces(m.thread_id, m.seq, b.tool_use_id):
