@@ -1,6 +1,6 @@
 """``python -m orchestrator``: the ``threadloom`` command line."""
 
-from orchestrator.cli import main
+from orchestrator._fast_entry import main
 
 if __name__ == "__main__":
-    main(prog_name="threadloom")
+    main()

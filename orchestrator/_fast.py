@@ -20,11 +20,12 @@ Both paths render through the same builders (``_read_views``), so text, ``--json
 (bad ref: exit 2; unknown or ambiguous: exit 3, with the candidates) are byte-identical;
 ``tests/orchestrator/test_fast_read.py`` runs both on one database and compares them.
 
-Two entries: in the ``threadloom`` process itself, ``early`` runs from ``orchestrator.cli``'s
-first import (``_fast_entry``), before click is imported (click and the CLI module cost ~25 ms
-of a ~100 ms budget), writing through ``_emit``/``_report`` — ``cli.emit``/``cli.report_error``
-for the cases met here, without click. In-process callers (``CliRunner``, an embedding program)
-reach ``attempt`` from ``ThreadloomGroup.main``, which writes through ``cli.emit`` itself.
+Two entries: the ``threadloom`` command itself (``_fast_entry.main``, the console script and
+``python -m orchestrator``) calls ``run_standalone`` before click is imported (click and the CLI
+module cost ~25 ms of a ~100 ms budget), writing through ``_emit``/``_report`` —
+``cli.emit``/``cli.report_error`` for the cases met here, without click. In-process callers
+(``CliRunner``, an embedding program) reach ``attempt`` from ``ThreadloomGroup.main``, which
+writes through ``cli.emit`` itself.
 
 ``THREADLOOM_NO_FAST=1`` turns the fast path off (the full path runs every command).
 ``THREADLOOM_FAST_TRACE=FILE`` appends one JSON line per command to FILE: whether the fast
@@ -150,29 +151,18 @@ def database(db: str | None) -> Path | None:
 _ATTEMPTED = False  # the early attempt declined: the one in ThreadloomGroup.main need not retry
 
 
-def early() -> None:
-    """Called by ``orchestrator.cli`` before it imports click: in the ``threadloom`` process
-    itself (the console script or ``python -m orchestrator``), run the command on the fast
-    path and exit with its code, so click (~25 ms) is never imported for it. Elsewhere (a
-    test's ``CliRunner``, an embedding program) it does nothing; ``ThreadloomGroup.main``
-    calls ``attempt`` then."""
+def run_standalone(argv: Sequence[str]) -> int | None:
+    """Run ``argv`` in the ``threadloom`` process itself (``_fast_entry.main``), before click is
+    imported: the exit code, or None when the full path must run it (then ``attempt`` declines
+    at once in ``ThreadloomGroup.main``, so nothing is tried twice)."""
     global _ATTEMPTED
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    entry = getattr(spec, "name", None) == "orchestrator.__main__" or (
-        spec is None and Path(sys.argv[0]).name in ("threadloom", "threadloom.exe")
-    )
-    if not entry:
-        return
     _ATTEMPTED = True
     try:
-        code = attempt(sys.argv[1:], standalone=True)
+        return attempt(argv, standalone=True)
     except Exception as exc:  # a store error: a bad, unknown or ambiguous ref
-        code = _report(exc, json_mode="--json" in sys.argv[1:])
+        return _report(exc, json_mode="--json" in argv)
     except KeyboardInterrupt as exc:
-        code = _report(exc, json_mode="--json" in sys.argv[1:])
-    if code is not None:
-        sys.exit(code)
+        return _report(exc, json_mode="--json" in argv)
 
 
 def attempt(argv: Sequence[str], *, standalone: bool = False) -> int | None:

@@ -1,9 +1,21 @@
-"""Imported first by ``orchestrator.cli``: in the ``threadloom`` process itself, runs ``ls``,
-``show``, ``search`` and ``tree`` on the fast path and exits before click is imported
-(``_fast.early``); anywhere else, and for any other command line, importing it does nothing."""
+"""The ``threadloom`` command (the console script and ``python -m orchestrator``).
+
+``ls``, ``show``, ``search`` and ``tree`` are answered on the read-only fast path
+(``orchestrator._fast``) before click, SQLAlchemy or pydantic is imported; every other command
+line, or one the fast path declines (it then writes nothing), runs through ``orchestrator.cli``.
+"""
 
 from __future__ import annotations
 
-from ._fast import early
+import sys
 
-early()
+
+def main() -> None:
+    from ._fast import run_standalone
+
+    code = run_standalone(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
+    from .cli import main as cli_main
+
+    cli_main(prog_name="threadloom")

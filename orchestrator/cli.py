@@ -271,6 +271,11 @@ class ThreadloomGroup(click.Group):
         argv = list(sys.argv[1:] if args is None else args)
         _CURRENT.set(None)
         try:
+            from ._fast import attempt  # ls/show/search/tree read-only, without SQLAlchemy
+
+            fast = attempt(argv)  # None: not for the fast path, nothing written
+            if fast is not None:
+                sys.exit(fast)
             rv = super().main(argv, prog_name or PROG, complete_var, standalone_mode=False, **extra)
         except SystemExit:
             raise
