@@ -1,13 +1,16 @@
-"""Worker-runtime fixtures: a real SQLite store in ``tmp_path`` and a workspace directory."""
+"""Worker-runtime fixtures: a real SQLite store in ``tmp_path``, a workspace directory, and
+``api``: the loopback OpenAI-compatible fake (the Anthropic provider's test modules define their
+own ``api``, the Messages API fake, which takes precedence there)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from store import Store
+from tests.fakes.chat_api import FakeChatAPI
 
 
 @pytest.fixture
@@ -24,3 +27,9 @@ def workspace(tmp_path: Path) -> Path:
     ws = tmp_path / "ws"
     ws.mkdir()
     return ws
+
+
+@pytest.fixture
+def api() -> Iterator[FakeChatAPI]:
+    with FakeChatAPI() as server:
+        yield server

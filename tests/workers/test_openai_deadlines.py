@@ -5,7 +5,7 @@ closes (item 2), and the output-token default."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -19,12 +19,6 @@ from workers.providers.openai import DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT_S
 
 TOOLS = [ToolSpec("read_file", "Read a file.", {"type": "object", "properties": {}})]
 HANG_GUARD_S = 8.0  # an attempt the deadline does not cut runs ~20 s: the test fails, not hangs
-
-
-@pytest.fixture
-def api() -> Iterator[FakeChatAPI]:
-    with FakeChatAPI() as server:
-        yield server
 
 
 @pytest.fixture

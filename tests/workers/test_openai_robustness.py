@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +37,6 @@ TOOLS = [
     )
 ]
 SUBMIT = {"name": SUBMIT_RESULT, "arguments": {"status": "done", "summary": "done"}}
-
-
-@pytest.fixture
-def api() -> Iterator[FakeChatAPI]:
-    with FakeChatAPI() as server:
-        yield server
 
 
 @pytest.fixture

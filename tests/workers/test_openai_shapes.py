@@ -4,7 +4,7 @@ internal error from deeper down. Real HTTP against the loopback FakeChatAPI."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -82,12 +82,6 @@ SHAPES = [
         "answered HTTP 200 with an error: model not loaded",
     ),
 ]
-
-
-@pytest.fixture
-def api() -> Iterator[FakeChatAPI]:
-    with FakeChatAPI() as server:
-        yield server
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ request's tools and with arguments that validate; the reply keeps its text besid
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +22,6 @@ from workers.providers._openai_text_calls import conforms, recognise
 
 FILE_TOOLS = build_tools(["read_file", "list_files", "edit_file"])
 SPECS = [t.spec() for t in FILE_TOOLS] + [submit_result_spec()]
-
-
-@pytest.fixture
-def api() -> Iterator[FakeChatAPI]:
-    with FakeChatAPI() as server:
-        yield server
 
 
 @pytest.fixture

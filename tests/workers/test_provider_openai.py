@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -28,12 +28,6 @@ TOOLS = [
         {"type": "object", "properties": {"path": {"type": "string"}}},
     )
 ]
-
-
-@pytest.fixture
-def api() -> Iterator[FakeChatAPI]:
-    with FakeChatAPI() as server:
-        yield server
 
 
 @pytest.fixture
