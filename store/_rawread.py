@@ -18,15 +18,14 @@ It answers only what it can answer exactly as the full store would; anything els
   key, a status, a timestamp format): the pydantic models would normalise it, this module
   does not guess. ``LIGHT_SHAPES`` lists the shapes it knows; a test holds it to the models.
 
-The rules are the store's, reused or mirrored (the mirrors are held to the originals by
-tests): the liveness rule (``_liveness.lease_gone``), ref parsing and id prefixes (``_ids``),
-fork-chain segments (``_store.segments``), the FTS5 query syntax (``_search.fts5_query``).
+The rules are the store's, shared rather than copied: the liveness rule
+(``_liveness.lease_gone``), ref parsing and id prefixes (``_ids``), the fork-chain segments, their
+SQL and the FTS5 query syntax and search statement (``_readsql``).
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -50,14 +49,13 @@ from ._rawmodels import (
     stamp,
     strs,
 )
+from ._readsql import CHAIN_SQL, MESSAGES_SQL, fts5_query, fts5_search_sql, segments
 from ._schema import SCHEMA_HEAD
 from .errors import AmbiguousRef, ThreadNotFound
 
 BUSY_TIMEOUT_MS = 30_000
 """As ``store._db.BUSY_TIMEOUT_MS`` (a test checks they agree)."""
 
-SNIPPET_WORDS = 16
-"""As ``store._search.SNIPPET_WORDS``."""
 
 KINDS = ("lead", "worker", "reader")
 STATUSES = ("idle", "queued", "running", "done", "failed", "interrupted", "cancelled")
@@ -227,51 +225,18 @@ def job_of(conn: sqlite3.Connection, ref: str) -> RawThread:
 # ----------------------------------------------------------------- messages
 
 
-def segments(
-    head: int, chain: Sequence[tuple[str, int]], start: int, end: int | None
-) -> list[tuple[str, int, int]]:
-    """``store._store.segments`` (a test holds them equal): which rows hold messages
-    ``start..end`` of a thread whose ancestry is ``chain`` — [(owner, lo, hi)] in seq order."""
-    upper = head if end is None else min(end, head)
-    out: list[tuple[str, int, int]] = []
-    for owner, after in chain:
-        lo = max(start, after + 1)
-        if lo <= upper:
-            out.append((owner, lo, upper))
-        upper = min(upper, after)
-        if upper < start:
-            break
-    out.reverse()
-    return out
-
-
-_CHAIN_SQL = """
-WITH RECURSIVE chain(id, parent, after, head, depth) AS (
-    SELECT id, forked_from_id, COALESCE(forked_at_seq, 0), head_seq, 0 FROM threads WHERE id = ?
-    UNION ALL
-    SELECT t.id, t.forked_from_id, COALESCE(t.forked_at_seq, 0), t.head_seq, c.depth + 1
-    FROM threads t JOIN chain c ON t.id = c.parent
-)
-SELECT id, after, head FROM chain ORDER BY depth
-"""
-_MESSAGES_SQL = (
-    "SELECT thread_id, seq, role, content, created_at FROM messages"
-    " WHERE thread_id = ? AND seq BETWEEN ? AND ? ORDER BY seq"
-)
-
-
 def messages(
     conn: sqlite3.Connection, thread_id: str, *, start: int = 1, end: int | None = None
 ) -> list[RawMessage]:
     """``Store.messages``: the visible history across the fork chain, or ``start..end``."""
-    chain_rows = conn.execute(_CHAIN_SQL, (thread_id,)).fetchall()
+    chain_rows = conn.execute(CHAIN_SQL, (thread_id,)).fetchall()
     if not chain_rows:
         raise ThreadNotFound(f"no thread {format_ref(thread_id)}")
     head = int(chain_rows[0][2])
     chain = [(str(r[0]), int(r[1])) for r in chain_rows]
     out: list[RawMessage] = []
     for owner, lo, hi in segments(head, chain, start, end):
-        for tid, seq, role, content, created in conn.execute(_MESSAGES_SQL, (owner, lo, hi)):
+        for tid, seq, role, content, created in conn.execute(MESSAGES_SQL, (owner, lo, hi)):
             if role not in ("user", "assistant"):
                 raise Unsupported(f"role {role!r}")
             blocks = json.loads(content)
@@ -331,19 +296,6 @@ def usage_totals(
 
 # ----------------------------------------------------------------- search
 
-_TERM = re.compile(r'"([^"]*)"|(\S+)')
-
-
-def fts5_query(query: str) -> str:
-    """``store._search.fts5_query`` (a test holds them equal): every word or "quoted phrase"
-    must occur, punctuation is literal."""
-    terms = []
-    for m in _TERM.finditer(query):
-        term = m.group(1) if m.group(1) is not None else m.group(2)
-        if term and term.strip():
-            terms.append(term)
-    return " ".join('"' + t.replace('"', "") + '"' for t in terms)
-
 
 def search(
     conn: sqlite3.Connection, query: str, *, job_id: str | None = None, limit: int = 20
@@ -352,17 +304,8 @@ def search(
     q = fts5_query(query)
     if not q:
         return []
-    sql = (
-        "SELECT f.thread_id, f.seq, m.role,"
-        f" snippet(messages_fts, 0, '[', ']', '…', {SNIPPET_WORDS}) AS snip"
-        " FROM messages_fts f"
-        " JOIN messages m ON m.thread_id = f.thread_id AND m.seq = f.seq"
-        " JOIN threads t ON t.id = f.thread_id"
-        " WHERE messages_fts MATCH ?"
-        + (" AND t.job_id = ?" if job_id else "")
-        + " ORDER BY f.rank, f.thread_id DESC, f.seq LIMIT ?"
-    )
-    params: list[Any] = [q, *([job_id] if job_id else []), limit]
+    sql = fts5_search_sql(by_job=bool(job_id))
+    params: dict[str, Any] = {"q": q, "job": job_id, "n": limit}
     hits = []
     for thread_id, seq, role, snip in conn.execute(sql, params):
         if role not in ("user", "assistant"):

@@ -24,10 +24,10 @@ from ._models import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from ._readsql import SNIPPET_WORDS, fts5_query, fts5_search_sql, terms
 
 HEAD_CHARS = 150_000
 TAIL_CHARS = 50_000
-SNIPPET_WORDS = 16
 
 
 def searchable_text(content: Sequence[ContentBlock]) -> str:
@@ -54,34 +54,18 @@ def index_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 INSERT = sa.text("INSERT INTO messages_fts (text, thread_id, seq) VALUES (:text, :thread_id, :seq)")
 
-_TERM = re.compile(r'"([^"]*)"|(\S+)')
 _WORD = re.compile(r"[^\W_]+")
-
-
-def _terms(query: str) -> list[str]:
-    out = []
-    for m in _TERM.finditer(query):
-        term = m.group(1) if m.group(1) is not None else m.group(2)
-        if term and term.strip():
-            out.append(term)
-    return out
 
 
 def tsquery(query: str) -> str:
     """User text → a PostgreSQL ``to_tsquery`` string with the same meaning as ``fts5_query``:
     punctuation splits words (as in the indexed text), a term's words must be adjacent."""
     parts = []
-    for term in _terms(query):
+    for term in terms(query):
         words = [w.lower() for w in _WORD.findall(term)]
         if words:
             parts.append("(" + " <-> ".join(f"'{w}'" for w in words) + ")")
     return " & ".join(parts)
-
-
-def fts5_query(query: str) -> str:
-    """User text → an FTS5 query: every word (or "quoted phrase") must occur, punctuation is
-    literal (``foo.py:12`` searches the phrase foo py 12 rather than a column filter)."""
-    return " ".join('"' + t.replace('"', "") + '"' for t in _terms(query))
 
 
 async def search(
@@ -91,16 +75,7 @@ async def search(
         q = fts5_query(query)
         if not q:
             return []
-        sql = (
-            "SELECT f.thread_id, f.seq, m.role,"
-            f" snippet(messages_fts, 0, '[', ']', '…', {SNIPPET_WORDS}) AS snip"
-            " FROM messages_fts f"
-            " JOIN messages m ON m.thread_id = f.thread_id AND m.seq = f.seq"
-            " JOIN threads t ON t.id = f.thread_id"
-            " WHERE messages_fts MATCH :q"
-            + (" AND t.job_id = :job" if job_id else "")
-            + " ORDER BY f.rank, f.thread_id DESC, f.seq LIMIT :n"
-        )
+        sql = fts5_search_sql(by_job=bool(job_id))
     else:
         q = tsquery(query)
         if not q:

@@ -39,6 +39,7 @@ from ._models import (
     UsageRecord,
 )
 from ._outputs import OutputFile
+from ._readsql import CHAIN_SQL, MESSAGES_SQL, segments
 from ._rows import (
     MESSAGE_COLUMNS,
     THREAD_COLUMNS,
@@ -1154,54 +1155,20 @@ def _usage_row(thread_id: str, seq: int | None, rec: UsageRecord, now: Any) -> d
     }
 
 
-def segments(
-    head: int, chain: Sequence[tuple[str, int]], start: int, end: int | None
-) -> list[tuple[str, int, int]]:
-    """Which rows hold messages ``start..end`` of a thread whose head is ``head`` and whose
-    ancestry is ``chain`` ([(owner, owns seqs after this)…], the thread first): [(owner, lo, hi)]
-    in seq order."""
-    upper = head if end is None else min(end, head)
-    out: list[tuple[str, int, int]] = []
-    for owner, after in chain:
-        lo = max(start, after + 1)
-        if lo <= upper:
-            out.append((owner, lo, upper))
-        upper = min(upper, after)  # an ancestor's segment never reaches past ``end``
-        if upper < start:
-            break
-    out.reverse()
-    return out
-
-
-_RAW_CHAIN = """
-WITH RECURSIVE chain(id, parent, after, head, depth) AS (
-    SELECT id, forked_from_id, COALESCE(forked_at_seq, 0), head_seq, 0 FROM threads WHERE id = ?
-    UNION ALL
-    SELECT t.id, t.forked_from_id, COALESCE(t.forked_at_seq, 0), t.head_seq, c.depth + 1
-    FROM threads t JOIN chain c ON t.id = c.parent
-)
-SELECT id, after, head FROM chain ORDER BY depth
-"""
-_RAW_MESSAGES = (
-    "SELECT thread_id, seq, role, content, created_at FROM messages"
-    " WHERE thread_id = ? AND seq BETWEEN ? AND ? ORDER BY seq"
-)
-
-
 def raw_read_range(
     conn: sqlite3.Connection, thread_id: str, start: int, end: int | None
 ) -> list[Message]:
     """``Store.messages`` on SQLite, in one call on a plain sqlite3 connection (the read path's
     hot spot is SQLAlchemy's async machinery, not SQLite): the ancestry in one recursive query,
     then one indexed select per segment."""
-    chain_rows = conn.execute(_RAW_CHAIN, (thread_id,)).fetchall()
+    chain_rows = conn.execute(CHAIN_SQL, (thread_id,)).fetchall()
     if not chain_rows:
         raise ThreadNotFound(f"no thread {format_ref(thread_id)}")
     head = int(chain_rows[0][2])
     chain = [(str(r[0]), int(r[1])) for r in chain_rows]
     rows: list[Any] = []
     for owner, lo, hi in segments(head, chain, start, end):
-        rows.extend(conn.execute(_RAW_MESSAGES, (owner, lo, hi)))
+        rows.extend(conn.execute(MESSAGES_SQL, (owner, lo, hi)))
     return messages_from_rows(rows)
 
 

@@ -1,0 +1,81 @@
+"""What the SQLAlchemy store and the raw ``sqlite3`` reader (``_rawread``) must agree on, in
+one place: the fork-chain rule, the SQL that walks a chain and reads its segments, and the FTS5
+query syntax and search statement. Standard library only, so the read-only fast path can import
+it without SQLAlchemy."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+SNIPPET_WORDS = 16
+
+CHAIN_SQL = """
+WITH RECURSIVE chain(id, parent, after, head, depth) AS (
+    SELECT id, forked_from_id, COALESCE(forked_at_seq, 0), head_seq, 0 FROM threads WHERE id = ?
+    UNION ALL
+    SELECT t.id, t.forked_from_id, COALESCE(t.forked_at_seq, 0), t.head_seq, c.depth + 1
+    FROM threads t JOIN chain c ON t.id = c.parent
+)
+SELECT id, after, head FROM chain ORDER BY depth
+"""
+"""A thread's ancestry, the thread first: (id, owns seqs after this, head_seq) per row."""
+
+MESSAGES_SQL = (
+    "SELECT thread_id, seq, role, content, created_at FROM messages"
+    " WHERE thread_id = ? AND seq BETWEEN ? AND ? ORDER BY seq"
+)
+"""One segment of a visible history: (owner, lo, hi) from ``segments``."""
+
+
+def segments(
+    head: int, chain: Sequence[tuple[str, int]], start: int, end: int | None
+) -> list[tuple[str, int, int]]:
+    """Which rows hold messages ``start..end`` of a thread whose head is ``head`` and whose
+    ancestry is ``chain`` ([(owner, owns seqs after this)…], the thread first): [(owner, lo, hi)]
+    in seq order."""
+    upper = head if end is None else min(end, head)
+    out: list[tuple[str, int, int]] = []
+    for owner, after in chain:
+        lo = max(start, after + 1)
+        if lo <= upper:
+            out.append((owner, lo, upper))
+        upper = min(upper, after)  # an ancestor's segment never reaches past ``end``
+        if upper < start:
+            break
+    out.reverse()
+    return out
+
+
+_TERM = re.compile(r'"([^"]*)"|(\S+)')
+
+
+def terms(query: str) -> list[str]:
+    """The user's words and "quoted phrases", in order."""
+    out = []
+    for m in _TERM.finditer(query):
+        term = m.group(1) if m.group(1) is not None else m.group(2)
+        if term and term.strip():
+            out.append(term)
+    return out
+
+
+def fts5_query(query: str) -> str:
+    """User text → an FTS5 query: every word (or "quoted phrase") must occur, punctuation is
+    literal (``foo.py:12`` searches the phrase foo py 12 rather than a column filter)."""
+    return " ".join('"' + t.replace('"', "") + '"' for t in terms(query))
+
+
+def fts5_search_sql(*, by_job: bool) -> str:
+    """The SQLite search statement, named parameters ``:q`` (``fts5_query``), ``:job`` (with
+    ``by_job``) and ``:n``: hits best first, ties newest thread first, then by seq."""
+    return (
+        "SELECT f.thread_id, f.seq, m.role,"
+        f" snippet(messages_fts, 0, '[', ']', '…', {SNIPPET_WORDS}) AS snip"
+        " FROM messages_fts f"
+        " JOIN messages m ON m.thread_id = f.thread_id AND m.seq = f.seq"
+        " JOIN threads t ON t.id = f.thread_id"
+        " WHERE messages_fts MATCH :q"
+        + (" AND t.job_id = :job" if by_job else "")
+        + " ORDER BY f.rank, f.thread_id DESC, f.seq LIMIT :n"
+    )
