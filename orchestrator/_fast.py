@@ -219,7 +219,7 @@ def _emit(view: View, *, as_json: bool) -> int:
 
     from store import redact, redact_data
 
-    from ._render import Printer, dumps
+    from ._render import Printer, dumps, silence_stdout
 
     stdout = sys.stdout
     try:
@@ -241,7 +241,7 @@ def _emit(view: View, *, as_json: bool) -> int:
             stdout.write(redact(buf.getvalue()))
         stdout.flush()
     except BrokenPipeError:
-        _silence_stdout()
+        silence_stdout()
     except OSError as err:
         from ._errors import EXIT_FAILED, CliError
 
@@ -256,26 +256,11 @@ def _report(exc: BaseException, *, json_mode: bool) -> int:
     from store import redact
 
     from ._errors import exit_code_for, one_line
-    from ._render import dumps, visible
+    from ._render import visible, write_error
 
     code, message = exit_code_for(exc), visible(redact(one_line(exc)))
-    try:
-        if json_mode:
-            sys.stdout.write(dumps({"error": {"code": code, "message": message}}) + "\n")
-            sys.stdout.flush()
-        sys.stderr.write(f"threadloom: error: {message}\n")
-        sys.stderr.flush()
-    except BrokenPipeError:
-        _silence_stdout()
+    write_error(code, message, json_mode=json_mode)
     return code
-
-
-def _silence_stdout() -> None:
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
 
 
 def _view(conn: sqlite3.Connection, args: Args) -> View:

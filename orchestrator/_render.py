@@ -15,6 +15,7 @@ that reorder text as ``\u202e``. Only a ``verbatim`` printer (``show --raw``) wr
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import unicodedata
@@ -291,3 +292,25 @@ def dumps(doc: Any) -> str:
     C0): the document is safe to print on a terminal and decodes to the same values."""
     text = json.dumps(doc, ensure_ascii=False, indent=2)
     return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def write_error(code: int, message: str, *, json_mode: bool, prog: str = "threadloom") -> None:
+    """One error, as SPEC says: a line on stderr, plus ``{"error": {"code", "message"}}`` on
+    stdout with ``--json``. ``message`` is already one visible, redacted line."""
+    try:
+        if json_mode:
+            sys.stdout.write(dumps({"error": {"code": code, "message": message}}) + "\n")
+            sys.stdout.flush()
+        sys.stderr.write(f"{prog}: error: {message}\n")
+        sys.stderr.flush()
+    except BrokenPipeError:
+        silence_stdout()
+
+
+def silence_stdout() -> None:
+    """After a reader closed our stdout (``threadloom ls | head``): no second error at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

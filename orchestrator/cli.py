@@ -33,7 +33,6 @@ it as one line on stderr — plus ``{"error": {"code", "message"}}`` on stdout w
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
@@ -47,7 +46,7 @@ import click
 from store import redact, redact_data
 
 from ._errors import EXIT_INTERRUPTED, EXIT_USAGE, exit_code_for, one_line
-from ._render import Printer, dumps, visible
+from ._render import Printer, dumps, silence_stdout, visible, write_error
 
 if TYPE_CHECKING:
     from store import Store
@@ -141,7 +140,7 @@ def emit(app: AppContext, out: Output, *, stream: Any = None) -> None:
             _write_redacted(out.text, stdout, verbatim=out.verbatim)
         stdout.flush()
     except BrokenPipeError:  # the reader had enough (``threadloom show … | head``)
-        _silence_stdout()
+        silence_stdout()
     except OSError as err:
         from ._errors import EXIT_FAILED, CliError
 
@@ -280,7 +279,7 @@ class ThreadloomGroup(click.Group):
         except SystemExit:
             raise
         except BrokenPipeError:
-            _silence_stdout()
+            silence_stdout()
             sys.exit(0)
         except BaseException as exc:  # the one boundary: every error ends here
             sys.exit(report_error(exc, argv))
@@ -314,24 +313,8 @@ def report_error(exc: BaseException, argv: Sequence[str] = ()) -> int:
     if verbose and not isinstance(exc, click.UsageError | click.Abort):
         sys.stderr.write(visible(redact("".join(traceback.format_exception(exc)))))
         message = message.removesuffix(" (run with -v for the traceback)")
-    try:
-        if json_mode:
-            sys.stdout.write(dumps({"error": {"code": code, "message": message}}) + "\n")
-            sys.stdout.flush()
-        sys.stderr.write(f"{PROG}: error: {message}\n")
-        sys.stderr.flush()
-    except BrokenPipeError:
-        _silence_stdout()
+    write_error(code, message, json_mode=json_mode, prog=PROG)
     return code
-
-
-def _silence_stdout() -> None:
-    """After a reader closed our stdout (``threadloom ls | head``): no second error at exit."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
 
 
 # ----------------------------------------------------------------- the group
