@@ -215,11 +215,10 @@ def attempt(argv: Sequence[str], *, standalone: bool = False) -> int | None:
 
 
 def _emit(view: View, *, as_json: bool) -> int:
-    import io
 
-    from store import redact, redact_data
+    from store import redact_data
 
-    from ._render import Printer, dumps, silence_stdout
+    from ._render import Printer, dumps, silence_stdout, write_redacted
 
     stdout = sys.stdout
     try:
@@ -227,18 +226,8 @@ def _emit(view: View, *, as_json: bool) -> int:
             stdout.write(dumps(redact_data(view.data) if view.redact else view.data) + "\n")
         elif not view.redact:
             view.text(Printer(stdout, verbatim=view.verbatim))
-        else:  # rendered whole, then redacted: a secret may span several writes
-
-            class _Buffer(io.StringIO):
-                def isatty(self) -> bool:
-                    try:
-                        return bool(stdout.isatty())
-                    except (AttributeError, ValueError):
-                        return False
-
-            buf = _Buffer()
-            view.text(Printer(buf, verbatim=view.verbatim))
-            stdout.write(redact(buf.getvalue()))
+        else:
+            write_redacted(view.text, stdout, verbatim=view.verbatim)
         stdout.flush()
     except BrokenPipeError:
         silence_stdout()

@@ -19,7 +19,7 @@ import os
 import re
 import sys
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -314,3 +314,24 @@ def silence_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):
         pass
+
+
+def write_redacted(
+    write: Callable[[Printer], None], stdout: Any, *, verbatim: bool = False
+) -> None:
+    """Render into a buffer that looks like ``stdout`` (same width, colours, tty-ness), then
+    write it redacted: a secret may span several of the printer's writes."""
+    import io
+
+    from store import redact
+
+    class _Buffer(io.StringIO):
+        def isatty(self) -> bool:
+            try:
+                return bool(stdout.isatty())
+            except (AttributeError, ValueError):
+                return False
+
+    buf = _Buffer()
+    write(Printer(buf, verbatim=verbatim))
+    stdout.write(redact(buf.getvalue()))

@@ -46,7 +46,7 @@ import click
 from store import redact, redact_data
 
 from ._errors import EXIT_INTERRUPTED, EXIT_USAGE, exit_code_for, one_line
-from ._render import Printer, dumps, silence_stdout, visible, write_error
+from ._render import Printer, dumps, silence_stdout, visible, write_error, write_redacted
 
 if TYPE_CHECKING:
     from store import Store
@@ -137,7 +137,7 @@ def emit(app: AppContext, out: Output, *, stream: Any = None) -> None:
         elif out.text is not None and not out.redact:
             out.text(Printer(stdout, verbatim=out.verbatim))
         elif out.text is not None:
-            _write_redacted(out.text, stdout, verbatim=out.verbatim)
+            write_redacted(out.text, stdout, verbatim=out.verbatim)
         stdout.flush()
     except BrokenPipeError:  # the reader had enough (``threadloom show … | head``)
         silence_stdout()
@@ -145,25 +145,6 @@ def emit(app: AppContext, out: Output, *, stream: Any = None) -> None:
         from ._errors import EXIT_FAILED, CliError
 
         raise CliError(f"cannot write the output: {err.strerror or err}", EXIT_FAILED) from err
-
-
-def _write_redacted(
-    write: Callable[[Printer], None], stdout: Any, *, verbatim: bool = False
-) -> None:
-    """Render into a buffer that looks like ``stdout`` (same width, colours, tty-ness), then
-    write it redacted: a secret may span several of the printer's writes."""
-    import io
-
-    class _Buffer(io.StringIO):
-        def isatty(self) -> bool:
-            try:
-                return bool(stdout.isatty())
-            except (AttributeError, ValueError):
-                return False
-
-    buf = _Buffer()
-    write(Printer(buf, verbatim=verbatim))
-    stdout.write(redact(buf.getvalue()))
 
 
 async def open_store(app: AppContext, *, migrate: bool = True) -> Store:
