@@ -7,24 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import JobFileError, load_job
+from orchestrator import load_job
 from orchestrator._runtime import create_lead, job_of
 from store import Kind, NewMessage, Store
+from tests.orchestrator.test_jobfile_places import error_of, write
 
 HEAD = '[job]\nname = "j"\ngoal = "g"\nworkspace = "ws"\n'
-
-
-def write(tmp_path: Path, body: str) -> Path:
-    (tmp_path / "ws").mkdir(exist_ok=True)
-    path = tmp_path / "job.toml"
-    path.write_text(body, encoding="utf-8")
-    return path
-
-
-def error_of(path: Path, **overrides: object) -> str:
-    with pytest.raises(JobFileError) as info:
-        load_job(path, **overrides)
-    return str(info.value)
 
 
 def test_unset_knobs_pass_no_options_so_each_provider_keeps_its_default(tmp_path: Path) -> None:

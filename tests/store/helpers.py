@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import sqlalchemy as sa
 
 from store import NewMessage, Store, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
@@ -115,3 +117,28 @@ class Procs:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+
+def pg_dsn(url: str) -> str:
+    return "postgresql://" + url.split("://", 1)[1]
+
+
+async def raw_sql(backend: str, url: str, sql: str) -> str | None:
+    """Run ``sql`` on a connection of its own, outside the store; the error text, or None."""
+    if backend == "sqlite":
+        conn = sqlite3.connect(url, isolation_level=None)
+        try:
+            conn.execute(sql)
+        except sqlite3.DatabaseError as err:
+            return str(err)
+        finally:
+            conn.close()
+        return None
+    aconn = await asyncpg.connect(pg_dsn(url))
+    try:
+        await aconn.execute(sql)
+    except asyncpg.PostgresError as err:
+        return str(err)
+    finally:
+        await aconn.close()
+    return None

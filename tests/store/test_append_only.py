@@ -16,34 +16,9 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from store import Store, database_url
 from store._db import alembic_config
 
-from .helpers import assistant, shape, user
+from .helpers import assistant, pg_dsn, raw_sql, shape, user
 
 REFUSED = "messages are append-only"
-
-
-def _pg_dsn(url: str) -> str:
-    return "postgresql://" + url.split("://", 1)[1]
-
-
-async def _raw(backend: str, url: str, sql: str) -> str | None:
-    """Run ``sql`` on a connection of its own, outside the store; the error text, or None."""
-    if backend == "sqlite":
-        conn = sqlite3.connect(url, isolation_level=None)
-        try:
-            conn.execute(sql)
-        except sqlite3.DatabaseError as err:
-            return str(err)
-        finally:
-            conn.close()
-        return None
-    aconn = await asyncpg.connect(_pg_dsn(url))
-    try:
-        await aconn.execute(sql)
-    except asyncpg.PostgresError as err:
-        return str(err)
-    finally:
-        await aconn.close()
-    return None
 
 
 async def _content(backend: str, url: str, thread_id: str) -> list[tuple[int, str]]:
@@ -54,7 +29,7 @@ async def _content(backend: str, url: str, thread_id: str) -> list[tuple[int, st
             return [(int(s), str(c)) for s, c in conn.execute(sql)]
         finally:
             conn.close()
-    aconn = await asyncpg.connect(_pg_dsn(url))
+    aconn = await asyncpg.connect(pg_dsn(url))
     try:
         return [(int(r[0]), str(r[1])) for r in await aconn.fetch(sql)]
     finally:
@@ -77,7 +52,7 @@ async def test_a_direct_connection_cannot_rewrite_or_delete_messages(
 ) -> None:
     t = await store.create_thread(kind="lead", messages=[user("the original"), assistant("ok")])
     before = await _content(backend, db_url, t.id)
-    error = await _raw(backend, db_url, attack.format(t=t.id))
+    error = await raw_sql(backend, db_url, attack.format(t=t.id))
     assert error is not None and REFUSED in error
     assert await _content(backend, db_url, t.id) == before
     assert [b.model_dump()["text"] for m in await store.messages(t.id) for b in m.content] == [
@@ -92,7 +67,7 @@ async def test_a_direct_connection_cannot_rewrite_or_delete_messages(
 async def test_truncate_of_messages_is_refused_on_postgres(store: Store, db_url: str) -> None:
     t = await store.create_thread(kind="lead", messages=[user("kept")])
     for sql in ("TRUNCATE messages", "TRUNCATE threads, messages, usage, dispatches, checkpoints"):
-        error = await _raw("postgres", db_url, sql)
+        error = await raw_sql("postgres", db_url, sql)
         assert error is not None and REFUSED in error
     assert len(await _content("postgres", db_url, t.id)) == 1
 
@@ -123,20 +98,20 @@ async def test_the_triggers_go_down_and_come_back_with_the_migration(
         await store.close()
     raw_url = empty_db_url
     update = f"UPDATE messages SET role = role WHERE thread_id = '{t.id}'"
-    assert REFUSED in (await _raw(backend, raw_url, update) or "")
+    assert REFUSED in (await raw_sql(backend, raw_url, update) or "")
 
     engine = create_async_engine(database_url(empty_db_url))
     try:
         async with engine.begin() as conn:
             await conn.run_sync(_alembic, "downgrade", "0002")
         # without the triggers the same statement goes through: they, and nothing else, refused it
-        assert await _raw(backend, raw_url, update) is None
+        assert await raw_sql(backend, raw_url, update) is None
         async with engine.begin() as conn:
             await conn.run_sync(_alembic, "upgrade", "head")
     finally:
         await engine.dispose()
-    assert REFUSED in (await _raw(backend, raw_url, update) or "")
-    assert REFUSED in (await _raw(backend, raw_url, "DELETE FROM messages") or "")
+    assert REFUSED in (await raw_sql(backend, raw_url, update) or "")
+    assert REFUSED in (await raw_sql(backend, raw_url, "DELETE FROM messages") or "")
     if backend == "postgres":
-        assert REFUSED in (await _raw(backend, raw_url, "TRUNCATE messages") or "")
+        assert REFUSED in (await raw_sql(backend, raw_url, "TRUNCATE messages") or "")
     assert len(await _content(backend, raw_url, t.id)) == 2

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 from typing import Any
 
-import asyncpg
 import pytest
 
 from store import (
@@ -28,6 +26,7 @@ from store import (
     transcript_parts,
 )
 from store._outputs import CHUNK_BYTES, PREVIEW_HEAD, PREVIEW_TAIL
+from tests.store.helpers import raw_sql
 
 from .helpers import count_rows, user
 
@@ -212,26 +211,6 @@ async def test_search_indexes_the_preview_of_an_output_stored_apart(store: Store
     assert await store.search("middleword") == []  # documented: the preview only
 
 
-async def _raw_sql(backend: str, url: str, sql: str) -> str | None:
-    if backend == "sqlite":
-        conn = sqlite3.connect(url, isolation_level=None)
-        try:
-            conn.execute(sql)
-        except sqlite3.DatabaseError as err:
-            return str(err)
-        finally:
-            conn.close()
-        return None
-    aconn = await asyncpg.connect("postgresql://" + url.split("://", 1)[1])
-    try:
-        await aconn.execute(sql)
-    except asyncpg.PostgresError as err:
-        return str(err)
-    finally:
-        await aconn.close()
-    return None
-
-
 async def test_a_direct_connection_cannot_rewrite_or_delete_stored_outputs(
     store: Store, backend: str, db_url: str
 ) -> None:
@@ -246,7 +225,7 @@ async def test_a_direct_connection_cannot_rewrite_or_delete_stored_outputs(
         attacks = [a.replace("x'00'", "'\\x00'::bytea") for a in attacks]
         attacks.append("TRUNCATE outputs")
     for attack in attacks:
-        error = await _raw_sql(backend, db_url, attack)
+        error = await raw_sql(backend, db_url, attack)
         assert error is not None and "outputs are append-only" in error, attack
     msg = await store.message(tid, 3)
     assert await store.output_text(msg, msg.content[0]) == text  # type: ignore[arg-type]
