@@ -288,12 +288,16 @@ class Orchestrator:
         report = outcome.final_text
         if not report and outcome.result is not None:
             report = outcome.result.summary
-        status, error = outcome.status, outcome.error
+        status, error, exception = outcome.status, outcome.error, outcome.exception
         failed = [w for w in workers if w.status == Status.FAILED]
         if status == Status.DONE and workers and len(failed) == len(workers):
             # the lead wrote its report, but nothing it dispatched succeeded: not a done job
             status = Status.FAILED
             error = f"every worker failed ({len(failed)} of {len(workers)}): {failed[0].summary}"
+            # and when each of them lost the model provider, the job did too (SPEC exit 4)
+            causes = [rt.ended[w].exception if w in rt.ended else None for w in rt.spawned]
+            if all(isinstance(c, ModelError) for c in causes):
+                exception = causes[0]
         return JobOutcome(
             job=format_ref(rt.lead_id),
             lead=format_ref(rt.lead_id),
@@ -303,5 +307,5 @@ class Orchestrator:
             workers=workers,
             usage=await self.store.job_usage(rt.lead_id),
             error=error,
-            exception=outcome.exception,
+            exception=exception,
         )

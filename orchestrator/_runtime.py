@@ -110,7 +110,8 @@ def lead_message(job: JobSpec) -> str:
 @dataclass
 class JobRuntime:
     """Everything a running job shares. ``spawned`` collects the worker threads this run created
-    (the CLI's ``workers`` list)."""
+    (the CLI's ``workers`` list); ``ended`` holds how each worker run by this runtime ended, the
+    exception that ended it included (so a job whose workers all lost the provider says so)."""
 
     store: Store
     job: JobSpec
@@ -119,6 +120,7 @@ class JobRuntime:
     config: LoopConfig = field(default_factory=LoopConfig)
     env: dict[str, str] | None = None
     spawned: list[str] = field(default_factory=list)
+    ended: dict[str, RunOutcome] = field(default_factory=dict)
     model_factory: ModelFactory = make_model
     """Builds a ``Model`` from a spec and options, once per both and job run."""
     _models: dict[ModelKey, Model] = field(default_factory=dict)
@@ -307,6 +309,7 @@ class JobRuntime:
                 log.warning("worker.crashed", thread=info.ref, error=str(exc))
                 outcome = await self._as_stored(info, str(exc), exc)
             await self.store.set_dispatch_status(info.id, str(outcome.status))
+            self.ended[info.id] = outcome
             return outcome
 
     async def _as_stored(

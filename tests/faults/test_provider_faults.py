@@ -104,17 +104,42 @@ async def _half_written(store: Store, job: str) -> list[str]:
     return bad
 
 
+async def test_a_job_whose_every_worker_lost_the_provider_is_a_provider_failure(
+    tmp_path: Path, api: FakeMessagesAPI, quick_models: Callable[[str], Model]
+) -> None:
+    # the lead's only request comes after both workers end; 8 faults are exactly the 4 attempts
+    # of each worker (neither can get an answer while one is queued), so the lead then reports
+    for kind in ("529", "drop", "500", "429", "529", "drop", "500", "529"):
+        api.inject(kind, times=1)
+    outcome, store = await _run(tmp_path, quick_models)
+    try:
+        assert await _half_written(store, outcome.job) == []
+        lead = await store.get_thread(outcome.job[2:])
+        assert lead.status == Status.DONE  # the lead itself finished its report
+    finally:
+        await store.close()
+    assert api.pending_faults == 0
+    assert outcome.report == "both workers reported"
+    assert [w.status for w in outcome.workers] == ["failed", "failed"]
+    assert outcome.status == Status.FAILED
+    assert outcome.provider_failed and exit_code(outcome) == 4
+    assert outcome.error
+    assert outcome.error.startswith("every worker failed (2 of 2): model provider failed")
+
+
 async def test_a_random_mix_of_provider_faults_completes_or_fails_cleanly(
     tmp_path: Path, api: FakeMessagesAPI, quick_models: Callable[[str], Model]
 ) -> None:
-    rng = random.Random(seed())
+    run_seed = seed()
+    rng = random.Random(run_seed)
     seen: Counter[str] = Counter()
     results = []
     for trial in range(6):
         api.clear_faults()
-        # up to 3 faults in a row are retried through (max_retries=3); in trial 5 the provider
-        # stays down (every request of every thread fails: each worker gives up after 4
-        # attempts, then so does the lead), which must end the job as a provider failure
+        # a thread retries through up to 3 faults in a row (max_retries=3), but the two workers
+        # share the fault queue, so a trial's bursts can still take both of them down (then the
+        # lead reports, and the job is a provider failure all the same); in trial 5 the
+        # provider stays down (each worker gives up after 4 attempts, then so does the lead)
         if trial == 5:
             for kind in rng.choices(KINDS[:4], k=40):  # no "slow": it would only add time
                 seen[kind] += 1
@@ -132,18 +157,21 @@ async def test_a_random_mix_of_provider_faults_completes_or_fails_cleanly(
             problems = await _half_written(store, outcome.job)
         finally:
             await store.close()
-        assert not problems, (trial, problems)
+        assert not problems, (run_seed, trial, problems)
         assert integrity(root / "threads.db") == "ok"
         if outcome.status == Status.DONE:
             assert outcome.report == "both workers reported"
             results.append("completed")
         else:
             # a provider failure: SPEC exit 4, with a message that says so
-            assert outcome.provider_failed, (outcome.status, outcome.error)
+            assert outcome.provider_failed, (run_seed, trial, outcome.status, outcome.error)
             assert exit_code(outcome) == 4
             assert outcome.error and "model provider failed" in outcome.error
             assert "sk-ant-fault-suite-key" not in outcome.error
             results.append("provider failure")
-    print("\nprovider faults:", json.dumps({"injected": seen, "jobs": Counter(results)}))
+    print(
+        "\nprovider faults:",
+        json.dumps({"seed": run_seed, "injected": seen, "jobs": Counter(results)}),
+    )
     assert results[-1] == "provider failure"
     assert "completed" in results
