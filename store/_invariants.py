@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from ._models import NewMessage, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from .errors import InvariantError
+from .models import NewMessage, ThinkingBlock, ToolResultBlock, ToolUseBlock
 
 
 def check_append(

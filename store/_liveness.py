@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._models import ThreadInfo
+    from .models import ThreadInfo
 
 # Standard library only at import: the read-only fast path (``store._rawread``) applies the
 # same rule to plain rows without loading pydantic.
@@ -82,7 +82,7 @@ def runner_gone(info: ThreadInfo, now: datetime | None = None) -> bool:
 def as_seen(info: ThreadInfo, now: datetime | None = None) -> ThreadInfo:
     """``info`` as readers should see it: ``interrupted`` when its runner is gone."""
     if runner_gone(info, now):
-        from ._models import Status
+        from .models import Status
 
         return info.model_copy(update={"status": Status.INTERRUPTED})
     return info

@@ -36,10 +36,10 @@ from typing import IO, Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ._ids import format_ref
-from ._models import NewMessage, StoredOutput, ToolResultBlock
 from ._tables import outputs
 from .errors import InvariantError
+from .models import NewMessage, StoredOutput, ToolResultBlock
+from .refs import format_ref
 
 INLINE_LIMIT = 1 << 20
 """Characters: a tool output longer than this is stored apart (1 MiB of ASCII text)."""

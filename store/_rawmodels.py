@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any, ClassVar, Literal
 
-from ._ids import format_ref
+from .refs import format_ref
 
 
 class Unsupported(Exception):

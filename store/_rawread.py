@@ -19,7 +19,7 @@ It answers only what it can answer exactly as the full store would; anything els
   does not guess. ``LIGHT_SHAPES`` lists the shapes it knows; a test holds it to the models.
 
 The rules are the store's, shared rather than copied: the liveness rule
-(``_liveness.lease_gone``), ref parsing and id prefixes (``_ids``), the fork-chain segments, their
+(``_liveness.lease_gone``), ref parsing and id prefixes (``refs``), the fork-chain segments, their
 SQL and the FTS5 query syntax and search statement (``_readsql``).
 """
 
@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ._ids import ThreadRef, anchor_range, format_ref, is_full_id, prefix_upper
 from ._liveness import lease_gone
 from ._rawmodels import (
     RawFork,
@@ -52,9 +51,10 @@ from ._rawmodels import (
 from ._readsql import CHAIN_SQL, MESSAGES_SQL, fts5_query, fts5_search_sql, segments
 from ._schema import SCHEMA_HEAD
 from .errors import AmbiguousRef, ThreadNotFound
+from .refs import ThreadRef, anchor_range, format_ref, is_full_id, prefix_upper
 
 BUSY_TIMEOUT_MS = 30_000
-"""As ``store._db.BUSY_TIMEOUT_MS`` (a test checks they agree)."""
+"""As ``store._engine.BUSY_TIMEOUT_MS`` (a test checks they agree)."""
 
 
 KINDS = ("lead", "worker", "reader")

@@ -9,9 +9,9 @@ from typing import Any
 import sqlalchemy as sa
 from pydantic import TypeAdapter
 
-from ._db import as_utc
-from ._models import ForkOrigin, Kind, Message, Result, Status, ThreadInfo
+from ._engine import as_utc
 from ._tables import messages, threads
+from .models import ForkOrigin, Kind, Message, Result, Status, ThreadInfo
 
 THREAD_COLUMNS = list(threads.c)
 MESSAGE_COLUMNS = [

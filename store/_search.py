@@ -16,7 +16,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ._models import (
+from ._readsql import SNIPPET_WORDS, fts5_query, fts5_search_sql, terms
+from .models import (
     ContentBlock,
     SearchHit,
     TextBlock,
@@ -24,7 +25,6 @@ from ._models import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from ._readsql import SNIPPET_WORDS, fts5_query, fts5_search_sql, terms
 
 HEAD_CHARS = 150_000
 TAIL_CHARS = 50_000

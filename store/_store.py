@@ -21,23 +21,9 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from . import _outputs, _search
-from ._db import Database, finish_uncancelled, utcnow
-from ._ids import ThreadRef, format_ref, is_full_id, new_id
+from ._engine import Database, finish_uncancelled, utcnow
 from ._invariants import check_append
 from ._liveness import as_seen
-from ._models import (
-    Kind,
-    Message,
-    NewMessage,
-    Result,
-    SearchHit,
-    Status,
-    ThreadInfo,
-    ToolResultBlock,
-    ToolUseBlock,
-    Usage,
-    UsageRecord,
-)
 from ._outputs import OutputFile
 from ._readsql import CHAIN_SQL, MESSAGES_SQL, segments
 from ._rows import (
@@ -57,6 +43,20 @@ from .errors import (
     StoreError,
     ThreadNotFound,
 )
+from .models import (
+    Kind,
+    Message,
+    NewMessage,
+    Result,
+    SearchHit,
+    Status,
+    ThreadInfo,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+    UsageRecord,
+)
+from .refs import ThreadRef, format_ref, is_full_id, new_id
 
 T = TypeVar("T")
 

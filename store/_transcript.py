@@ -29,8 +29,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from ._invariants import check_append
-from ._models import CONTENT_ADAPTER, ContentBlock, NewMessage, ToolResultBlock
 from .errors import ImportFormatError, InvariantError
+from .models import CONTENT_ADAPTER, ContentBlock, NewMessage, ToolResultBlock
 
 BLOCK_TYPES = ("text", "thinking", "tool_use", "tool_result")
 _MESSAGE_KEYS = frozenset({"role", "content"})

@@ -16,7 +16,7 @@
     │   └── DatabaseFull           the disk or the database's size limit is full
     └── ImportFormatError          a transcript to import is malformed (names the line)
 
-Nothing above the store ever sees a ``sqlalchemy`` or driver exception: ``store._db`` translates
+Nothing above the store ever sees a ``sqlalchemy`` or driver exception: ``store._engine`` translates
 them into ``DatabaseError`` with ``raise … from exc``.
 """
 

@@ -413,7 +413,7 @@ async def bench_reads(store: Store, path: Path, big: str, runs: int) -> dict[str
     def raw_json() -> list[Any]:
         return [(*r[:3], json.loads(r[3]), r[4]) for r in raw()]
 
-    from store._models import CONTENT_ADAPTER
+    from store.models import CONTENT_ADAPTER
 
     contents = [r[3] for r in raw()]
 

@@ -101,7 +101,7 @@ def test_help_and_ls_do_not_import_the_anthropic_sdk(sample: Sample) -> None:
             assert done.stdout.startswith("Usage: threadloom [OPTIONS] COMMAND [ARGS]...")
             # --help loads no part of the store but its stdlib-only leaves (the redaction)
             assert not [m for m in imported if m.startswith(("sqlalchemy", "store._store"))]
-            assert "store._db" not in imported
+            assert "store._engine" not in imported
 
 
 # ----------------------------------------------------------------- in-process

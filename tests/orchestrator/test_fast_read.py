@@ -522,10 +522,10 @@ def test_a_stored_shape_the_light_models_do_not_know_is_left_to_the_full_path(
 
 
 def test_the_fast_reader_shares_the_stores_rules_rather_than_copying_them() -> None:
-    from store import _db, _rawread, _readsql, _schema, _search, _store
+    from store import _engine, _rawread, _readsql, _schema, _search, _store
 
-    assert _db.SCHEMA_HEAD is _schema.SCHEMA_HEAD
-    assert _rawread.BUSY_TIMEOUT_MS == _db.BUSY_TIMEOUT_MS
+    assert _engine.SCHEMA_HEAD is _schema.SCHEMA_HEAD
+    assert _rawread.BUSY_TIMEOUT_MS == _engine.BUSY_TIMEOUT_MS
     # one definition each, in the SQLAlchemy-free _readsql: a copy would drift
     assert _rawread.fts5_query is _search.fts5_query is _readsql.fts5_query
     assert _rawread.fts5_search_sql is _search.fts5_search_sql

@@ -14,7 +14,7 @@ from alembic import command
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from store import Store, database_url
-from store._db import alembic_config
+from store._engine import alembic_config
 
 from .helpers import assistant, pg_dsn, raw_sql, shape, user
 

@@ -17,7 +17,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from store import Database, Store, database_url
-from store._db import SCHEMA_HEAD, alembic_config
+from store._engine import SCHEMA_HEAD, alembic_config
 from store._tables import FTS_TABLE, metadata
 from tests import pg
 

@@ -24,7 +24,7 @@ from store import (
     format_ref,
     new_id,
 )
-from store._ids import _ALPHABET, ID_LENGTH
+from store.refs import _ALPHABET, ID_LENGTH
 
 ID = "01m8vfkpjx7rke2v8j6665hmn1"
 

@@ -293,7 +293,7 @@ def _use_json() -> dict[str, Any]:
 def _alembic(sync_conn: Any, action: str, revision: str) -> None:
     from alembic import command
 
-    from store._db import alembic_config
+    from store._engine import alembic_config
 
     cfg = alembic_config()
     cfg.attributes["connection"] = sync_conn

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
-from ._ids import format_ref
+from .refs import format_ref
 
 CONTENT_FORMAT = 1
 """Schema version of the content-block JSON stored in ``messages.content``."""

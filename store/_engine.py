@@ -1,0 +1,312 @@
+"""Engines, transactions and the one boundary where driver errors become ``store.errors``.
+
+SQLite: WAL, ``busy_timeout``, foreign keys and ``synchronous=FULL`` set on every connection;
+writes go through one writer connection per process and begin with ``BEGIN IMMEDIATE`` (a
+deferred read-then-write transaction fails with SQLITE_BUSY at once, whatever the busy timeout);
+reads use a small pool of connections in deferred transactions, which in WAL mode are consistent
+snapshots that never block the writer. PostgreSQL runs the same code through asyncpg.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar, overload
+
+import sqlalchemy as sa
+from sqlalchemy import event, exc
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from ._schema import SCHEMA_HEAD as SCHEMA_HEAD  # defined where store._rawread reads it
+from .errors import DatabaseError, DatabaseFull, DatabaseUnavailable
+
+T = TypeVar("T")
+
+BUSY_TIMEOUT_MS = 30_000
+_MIGRATION_LOCK_KEY = 0x7412_00AD
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@overload
+def as_utc(value: datetime) -> datetime: ...
+@overload
+def as_utc(value: None) -> None: ...
+def as_utc(value: datetime | None) -> datetime | None:
+    """SQLite hands back naive datetimes; everything we store is UTC."""
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)
+
+
+def database_url(url_or_path: str | os.PathLike[str]) -> str:
+    """A SQLAlchemy URL for a URL or a file path (``sqlite+aiosqlite`` for paths)."""
+    text = os.fspath(url_or_path)
+    if "://" in text:
+        if text.startswith("sqlite://") and not text.startswith("sqlite+aiosqlite://"):
+            text = "sqlite+aiosqlite://" + text[len("sqlite://") :]
+        if text.startswith(("postgresql://", "postgres://")):
+            text = "postgresql+asyncpg://" + text.split("://", 1)[1]
+        return text
+    return f"sqlite+aiosqlite:///{Path(text).expanduser().resolve()}"
+
+
+def _sqlite_path(url: sa.URL) -> Path | None:
+    db = url.database
+    if not db or db == ":memory:" or db.startswith("file:"):
+        return None
+    return Path(db)
+
+
+def prepare_sqlite_file(path: Path, *, create_dirs: bool) -> None:
+    """Make sure the database file exists with mode 0600 before SQLite opens it."""
+    parent = path.parent
+    if not parent.is_dir():
+        if not create_dirs:
+            raise DatabaseUnavailable(f"database directory does not exist: {parent}")
+        parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    except OSError as err:
+        raise DatabaseUnavailable(f"cannot open database {path}: {err.strerror}") from err
+    os.close(fd)
+    _switch_to_wal(path)
+
+
+def _switch_to_wal(path: Path) -> None:
+    """Put the database in WAL mode once, before any engine connects, waiting for the lock.
+
+    Two processes creating one database at once race inside ``PRAGMA journal_mode = WAL``:
+    SQLite switches modes by upgrading a read transaction to a write one, which fails at once
+    with SQLITE_BUSY (the busy handler is never consulted) while the other holds the write lock.
+    So retry here, briefly blocking; once the file is in WAL mode the connect hooks' PRAGMA is a
+    no-op."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    delay = 0.001
+    while True:
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise translate(err, where=f"opening {path}") from err
+        except sqlite3.Error as err:
+            raise translate(err, where=f"opening {path}") from err
+        finally:
+            conn.close()
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+def translate(err: BaseException, *, where: str = "") -> DatabaseError:
+    """The one place where SQLAlchemy/driver exceptions become store errors."""
+    text = str(getattr(err, "orig", None) or err)
+    low = text.lower()
+    prefix = f"{where}: " if where else ""
+    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    if "disk is full" in low or "database or disk is full" in low or "no space left" in low:
+        return DatabaseFull(f"{prefix}database or disk is full ({first})")
+    if isinstance(err, OSError | exc.InterfaceError) or "connection refused" in low:
+        return DatabaseUnavailable(f"{prefix}database unavailable: {first}")
+    if "unable to open database" in low or "readonly database" in low:
+        return DatabaseUnavailable(f"{prefix}{first}")
+    if "file is not a database" in low or "malformed" in low:
+        return DatabaseUnavailable(f"{prefix}not a threadloom database ({first})")
+    return DatabaseError(f"{prefix}{first}")
+
+
+async def finish_uncancelled(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion even if the caller is cancelled meanwhile; the cancellation is
+    re-raised afterwards. Used for commits and terminal-status writes, which must never be left
+    half-done or skipped because the task that asked for them was cancelled."""
+    task = asyncio.ensure_future(coro)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return result
+
+
+class RawSqliteReader:
+    """Reads on SQLite through plain ``sqlite3`` connections, one per thread of a small pool:
+    one thread hop per read instead of SQLAlchemy's async machinery (about 1 ms a read here).
+    The connections are ``query_only``, so this path can never write. Reads need no explicit
+    transaction: messages are append-only and numbered, so reading the head first and then
+    messages up to it is consistent whatever commits in between."""
+
+    def __init__(self, path: Path, *, workers: int = 2) -> None:
+        self.path = path
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tl-read")
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA query_only = ON")
+            self._local.conn = conn
+            with self._lock:
+                self._conns.append(conn)
+        return conn
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return fn(self._conn())
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T], *, where: str = "") -> T:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._pool, self._call, fn)
+        except sqlite3.Error as err:
+            raise translate(err, where=where) from err
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        with self._lock:
+            for conn in self._conns:
+                conn.close()
+            self._conns.clear()
+
+
+class Database:
+    """Engines for one database. ``write`` runs a function in a write transaction, ``read`` in a
+    read transaction; both translate driver errors."""
+
+    def __init__(self, url: str, *, create_dirs: bool = False, synchronous: str = "FULL") -> None:
+        self.url = sa.make_url(database_url(url))
+        self.dialect = self.url.get_backend_name()
+        if self.dialect not in ("sqlite", "postgresql"):
+            raise DatabaseUnavailable(
+                f"unsupported database URL {self.url.render_as_string(hide_password=True)!r}:"
+                " use a file path, sqlite+aiosqlite:///… or postgresql+asyncpg://…"
+            )
+        self.path: Path | None = None
+        self.raw: RawSqliteReader | None = None
+        if self.dialect == "sqlite":
+            self.path = _sqlite_path(self.url)
+            if self.path is not None:
+                prepare_sqlite_file(self.path, create_dirs=create_dirs)
+            self.raw = RawSqliteReader(self.path) if self.path is not None else None
+            self.writer = create_async_engine(self.url, pool_size=1, max_overflow=0)
+            self.reader = create_async_engine(self.url, pool_size=4, max_overflow=4)
+            self._sqlite_hooks(self.writer, begin="BEGIN IMMEDIATE", synchronous=synchronous)
+            self._sqlite_hooks(self.reader, begin="BEGIN", synchronous=synchronous)
+        else:
+            self.writer = create_async_engine(self.url, pool_size=5, max_overflow=5)
+            self.reader = self.writer
+
+    @staticmethod
+    def _sqlite_hooks(engine: AsyncEngine, *, begin: str, synchronous: str) -> None:
+        @event.listens_for(engine.sync_engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            # pysqlite's own transaction handling is switched off; ``_on_begin`` emits ours
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            cur.execute("PRAGMA journal_mode = WAL")
+            cur.execute("PRAGMA foreign_keys = ON")
+            cur.execute(f"PRAGMA synchronous = {synchronous}")
+            cur.close()
+
+        @event.listens_for(engine.sync_engine, "begin")
+        def _on_begin(conn: sa.Connection) -> None:
+            conn.exec_driver_sql(begin)
+
+    @property
+    def display(self) -> str:
+        if self.path is not None:
+            return str(self.path)
+        return self.url.render_as_string(hide_password=True)
+
+    async def write(self, fn: Callable[[AsyncConnection], Awaitable[T]], *, where: str = "") -> T:
+        try:
+            async with self.writer.begin() as conn:
+                if self.dialect == "postgresql":
+                    # one writer per process is enforced in Store; across processes row locks
+                    # (SELECT … FOR UPDATE) serialise writers of the same thread
+                    pass
+                return await fn(conn)
+        except (exc.SQLAlchemyError, OSError) as err:
+            raise translate(err, where=where) from err
+
+    async def read(self, fn: Callable[[AsyncConnection], Awaitable[T]], *, where: str = "") -> T:
+        try:
+            async with self.reader.connect() as conn, conn.begin():
+                return await fn(conn)
+        except (exc.SQLAlchemyError, OSError) as err:
+            raise translate(err, where=where) from err
+
+    async def migrate(self) -> str | None:
+        """Upgrade the schema to head. Returns the revision found before, or None when the
+        database was already at head. Safe when several processes open a fresh database at once:
+        SQLite serialises on ``BEGIN IMMEDIATE``, PostgreSQL on an advisory lock, and the version
+        is read again under that lock."""
+        try:
+            if await self._current_revision() == SCHEMA_HEAD:
+                return None
+            async with self.writer.begin() as conn:
+                if self.dialect == "postgresql":
+                    await conn.execute(
+                        sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK_KEY}
+                    )
+                before: str | None = await conn.run_sync(_upgrade_to_head)
+            return before
+        except (exc.SQLAlchemyError, OSError) as err:
+            raise translate(err, where=f"migrating {self.display}") from err
+
+    async def _current_revision(self) -> str | None:
+        async with self.reader.connect() as conn, conn.begin():
+            has = await conn.run_sync(lambda c: sa.inspect(c).has_table("alembic_version"))
+            if not has:
+                return None
+            row = (await conn.execute(sa.text("SELECT version_num FROM alembic_version"))).first()
+            return None if row is None else str(row[0])
+
+    async def dispose(self) -> None:
+        if self.raw is not None:
+            self.raw.close()
+        await self.writer.dispose()
+        if self.reader is not self.writer:
+            await self.reader.dispose()
+
+
+def alembic_config() -> Any:
+    from alembic.config import Config
+
+    import migrations
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    return cfg
+
+
+def _upgrade_to_head(sync_conn: sa.Connection) -> str | None:
+    from alembic import command
+    from alembic.migration import MigrationContext
+
+    before = MigrationContext.configure(sync_conn).get_current_revision()
+    if before == SCHEMA_HEAD:
+        return None
+    cfg = alembic_config()
+    cfg.attributes["connection"] = sync_conn
+    command.upgrade(cfg, "head")
+    return before or "base"
