@@ -1,0 +1,305 @@
+"""Sessions into the store, incrementally and idempotently.
+
+Every imported thread carries ``task.source`` = ``{"format", "session_id", "path", "key", …,
+"imported": {"messages": n, "digest": d}}``: ``key`` names its source session and ``digest``
+its whole visible history (``fingerprint`` of each message, in order). Importing a session
+again places each of its branches against the threads of that key:
+
+- a thread whose history is a prefix of the branch (its digest equals the branch's prefix
+  digest) is extended with the rest: the common case, a session that grew; nothing stored is
+  read back;
+- otherwise (a rewind, an edit, a line rewritten in place) the histories are compared message
+  by message and the branch becomes a fork at the longest history it shares with one of them
+  (at the last valid fork point), or a thread of its own when it shares nothing;
+- a branch whose messages are all stored already adds nothing.
+
+Transcripts stay append-only: nothing stored is ever changed. A session's usage rows go with
+their assistant messages in the same appends (one ``Store.append`` per usage row, issued
+together, so the store's group commit writes a thread's import in a transaction or two).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from store import Kind, NewMessage, Store, ThreadInfo, UsageRecord, format_ref
+
+from ._draft import Branch, Session, common_prefix, fingerprint, fork_point
+
+
+@dataclass
+class Written:
+    """One thread an import touched: ``added`` messages (0: it was already all there)."""
+
+    info: ThreadInfo
+    parent: str | None
+    source: dict[str, Any]
+    added: int
+    created: bool
+
+
+@dataclass
+class _Known:
+    info: ThreadInfo
+    head: int
+    digest: str | None
+    prints: list[str] | None = None
+
+
+@dataclass
+class _Prints:
+    prints: list[str]
+    prefix: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, messages: Sequence[NewMessage]) -> _Prints:
+        prints = [fingerprint(m) for m in messages]
+        h = hashlib.sha256()
+        prefix = [h.hexdigest()]
+        for p in prints:
+            h.update(p.encode("ascii"))
+            prefix.append(h.hexdigest())
+        return cls(prints, prefix)
+
+
+class Writer:
+    """Writes sessions into ``store``; ``title`` overrides the title of new main threads of
+    lead sessions."""
+
+    def __init__(self, store: Store, *, title: str | None = None) -> None:
+        self.store = store
+        self.title = title
+        self._index: dict[str, list[_Known]] | None = None
+
+    async def _known(self) -> dict[str, list[_Known]]:
+        if self._index is None:
+            index: dict[str, list[_Known]] = {}
+            for t in await self.store.list_threads(oldest_first=True):
+                src = (t.task or {}).get("source")
+                if not isinstance(src, dict) or not isinstance(src.get("key"), str):
+                    continue
+                imp = src.get("imported")
+                imp = imp if isinstance(imp, dict) else {}
+                head = imp.get("messages")
+                dig = imp.get("digest")
+                index.setdefault(src["key"], []).append(
+                    _Known(
+                        t,
+                        head if isinstance(head, int) else -1,
+                        dig if isinstance(dig, str) and head == t.head_seq else None,
+                    )
+                )
+            self._index = index
+        return self._index
+
+    async def write(self, sessions: Sequence[Session]) -> list[Written]:
+        """Write ``sessions`` (parents and fork origins first, whatever the order given)."""
+        out: list[Written] = []
+        for s in _ordered(sessions):
+            out.extend(await self.write_session(s))
+        return out
+
+    async def write_session(self, s: Session) -> list[Written]:
+        index = await self._known()
+        known = index.setdefault(s.key, [])
+        out: list[Written] = []
+        for n, branch in enumerate(s.branches):
+            written = await self._place(s, n, branch, known, index)
+            if written is not None:
+                out.append(written)
+        return out
+
+    async def _place(
+        self,
+        s: Session,
+        n: int,
+        branch: Branch,
+        known: list[_Known],
+        index: dict[str, list[_Known]],
+    ) -> Written | None:
+        p = _Prints.of(branch.messages)
+        total = len(p.prints)
+        # the common case: a stored thread's history is a prefix of this branch
+        matching = [
+            k
+            for k in known
+            if k.digest is not None and 0 < k.head <= total and p.prefix[k.head] == k.digest
+        ]
+        best = max(matching, key=lambda k: k.head, default=None)
+        if best is not None:
+            return await self._extend(s, best, branch, p, best.head)
+        candidates = list(known)
+        if not candidates and s.fork_parent_key is not None:
+            candidates = list(index.get(s.fork_parent_key, []))
+        shared, origin = 0, None
+        for k in candidates:
+            if k.prints is None:
+                k.prints = [fingerprint(m) for m in await self.store.messages(k.info.id)]
+            lcp = common_prefix(k.prints, p.prints)
+            if lcp > shared:
+                shared, origin = lcp, k
+        if origin is not None and shared == total:
+            return None  # every message of this branch is stored already
+        if origin is not None and origin in known and shared == len(origin.prints or ()):
+            return await self._extend(s, origin, branch, p, shared)
+        at = fork_point(branch.messages, shared) if origin is not None else 0
+        if at == 0:
+            return await self._create(s, n, branch, p, known, index)
+        assert origin is not None
+        label = branch.label or "fork"
+        title = f"{s.title} ({label})" if origin in known else s.title
+        info = await self.store.fork(origin.info.id, at=at, title=title)
+        if origin not in known:
+            label = branch.label
+        return await self._new(s, info, branch, p, at, known, label=label)
+
+    async def _create(
+        self,
+        s: Session,
+        n: int,
+        branch: Branch,
+        p: _Prints,
+        known: list[_Known],
+        index: dict[str, list[_Known]],
+    ) -> Written:
+        parent: ThreadInfo | None = None
+        if s.parent_key is not None and index.get(s.parent_key):
+            parent = index[s.parent_key][0].info
+        title = s.title
+        if n == 0 and self.title is not None and s.kind == Kind.LEAD:
+            title = self.title
+        if known:  # a branch sharing nothing with the main line: hang it under the main thread
+            title = f"{s.title} ({branch.label or 'branch'})"
+            parent = known[0].info
+        info = await self.store.create_thread(
+            kind=s.kind,
+            title=title,
+            parent_id=parent.id if parent else None,
+            model=s.model,
+            tools=_worker_tools() if s.kind == Kind.WORKER else (),
+            task={"source": self._source(s, branch.label, p, len(p.prints))},
+        )
+        return await self._new(s, info, branch, p, 0, known, label=branch.label)
+
+    async def _new(
+        self,
+        s: Session,
+        info: ThreadInfo,
+        branch: Branch,
+        p: _Prints,
+        at: int,
+        known: list[_Known],
+        *,
+        label: str,
+    ) -> Written:
+        k = _Known(info, at, None, p.prints[:at])
+        known.append(k)
+        written = await self._extend(s, k, branch, p, at, label=label)
+        written.created = True
+        return written
+
+    async def _extend(
+        self,
+        s: Session,
+        k: _Known,
+        branch: Branch,
+        p: _Prints,
+        start: int,
+        *,
+        label: str | None = None,
+    ) -> Written:
+        new = branch.messages[start:]
+        total = len(p.prints)
+        src = (k.info.task or {}).get("source") or {}
+        if label is None:
+            label = str(src.get("branch", "")) if isinstance(src, dict) else ""
+        target = self._source(s, label, p, total)
+        if src != target:
+            # written before the messages: a crash in between leaves a head short of
+            # ``imported.messages``, which the next import sees and compares message by message
+            task = {**(k.info.task or {}), "source": target}
+            k.info = await self.store.update_thread(k.info.id, task=task)
+        if new:
+            usage = {i - start: u for i, u in branch.usage.items() if i >= start}
+            await self._append(k.info.id, new, usage)
+            k.info = await self.store.get_thread(k.info.id)
+        k.head, k.digest, k.prints = total, p.prefix[total], list(p.prints)
+        parent = k.info.parent_id
+        return Written(
+            k.info,
+            parent=None if parent is None else format_ref(parent),
+            source=_public(k.info.task),
+            added=len(new),
+            created=False,
+        )
+
+    @staticmethod
+    def _source(s: Session, label: str, p: _Prints, total: int) -> dict[str, Any]:
+        src: dict[str, Any] = {**s.source, "key": s.key}
+        if label:
+            src["branch"] = label
+        src["imported"] = {"messages": total, "digest": p.prefix[total]}
+        return src
+
+    async def _append(
+        self, thread_id: str, msgs: Sequence[NewMessage], usage: dict[int, UsageRecord]
+    ) -> None:
+        """``msgs`` in pieces that each end at a message with a usage row (the store ties a
+        usage row to the last assistant message of its append), issued at once so the store's
+        group commit writes them together, in order."""
+        pieces: list[tuple[list[NewMessage], UsageRecord | None]] = []
+        cur: list[NewMessage] = []
+        for i, m in enumerate(msgs):
+            cur.append(m)
+            if i in usage:
+                pieces.append((cur, usage[i]))
+                cur = []
+        if cur:
+            pieces.append((cur, None))
+        results = await asyncio.gather(
+            *(self.store.append(thread_id, ms, usage=u) for ms, u in pieces),
+            return_exceptions=True,
+        )
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+
+
+def _public(task: dict[str, Any] | None) -> dict[str, Any]:
+    """``source`` as ``show --json`` prints it (what it names, not the import bookkeeping)."""
+    src = dict((task or {}).get("source") or {})
+    src.pop("imported", None)
+    return src
+
+
+def _worker_tools() -> list[str]:
+    from workers import DEFAULT_WORKER_TOOLS
+
+    return list(DEFAULT_WORKER_TOOLS)
+
+
+def _ordered(sessions: Sequence[Session]) -> list[Session]:
+    """Sessions with every parent and fork origin of the batch before the sessions that need
+    it (a cycle, which only a hostile source writes, is broken in the given order)."""
+    keys = {s.key for s in sessions}
+    done: set[str] = set()
+    out: list[Session] = []
+    pending = list(sessions)
+    while pending:
+        rest = []
+        for s in pending:
+            deps = {d for d in (s.parent_key, s.fork_parent_key) if d in keys and d != s.key}
+            if deps <= done:
+                out.append(s)
+                done.add(s.key)
+            else:
+                rest.append(s)
+        if len(rest) == len(pending):
+            out.extend(rest)
+            break
+        pending = rest
+    return out

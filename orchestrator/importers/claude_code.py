@@ -1,0 +1,351 @@
+"""Claude Code sessions: ``~/.claude/projects/<project>/<session>.jsonl``, each subagent in
+``<session>/subagents/agent-<id>.jsonl`` (with ``agent-<id>.meta.json``, whose ``toolUseId``
+names the ``tool_use`` that spawned it), large tool outputs in ``<session>/tool-results/``.
+
+The format is Claude Code's own and changes between versions; what is read here, defensively:
+
+- every line is a JSON object; ``user``/``assistant``/``system`` lines carry ``uuid`` and
+  ``parentUuid``, and the conversation is that chain, not the file order: an edit or a rewind
+  leaves a second child under a message. The branch of the newest leaf is the main line; each
+  other leaf's branch becomes a fork (the writer finds the shared history);
+- an assistant turn is written as several lines sharing ``message.id`` (thinking, text, each
+  ``tool_use``), each tool result as a user line of its own: ``Builder`` folds them back;
+- ``system``/``compact_boundary`` starts a new chain (``parentUuid`` null) whose
+  ``logicalParentUuid`` is the last message before it: it is followed through, so the history
+  before a compaction is imported whole, and the ``isCompactSummary`` user line after it is
+  kept as a marked message (``COMPACTION_MARK``);
+- a tool result replaced by ``<persisted-output>`` (its whole text saved under
+  ``<session>/tool-results/``) is read back whole from that file, when it is there;
+- titles: a ``custom-title`` line, else a ``summary`` whose ``leafUuid`` is in the file, else
+  the first words of the first prompt.
+
+Lines of other types (``file-history-snapshot``, ``queue-operation``, …) and the fields nothing
+here models (``toolUseResult``, ``cwd``, …) are counted in the thread's ``source.unmodeled``;
+a line that is not JSON is skipped and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from store import Kind, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock, Usage
+
+from ._draft import COMPACTION_MARK, Block, Branch, Builder, Session, usage_record
+from ._lines import JsonLines, first_text, iso_ms, placeholder, read_lines
+
+FORMAT = "claude-code"
+_PERSISTED = re.compile(r"<persisted-output>.*?saved to:?\s*(\S+)", re.S)
+_MESSAGE_TYPES = ("user", "assistant", "system")
+
+
+def looks_like(obj: dict[str, Any]) -> bool:
+    """A Claude Code line (for ``auto``)."""
+    return (
+        ("sessionId" in obj or "parentUuid" in obj or "leafUuid" in obj)
+        and isinstance(obj.get("type"), str)
+        and "payload" not in obj
+    )
+
+
+def session_files(root: Path) -> list[Path]:
+    """Session files under ``root`` (subagent files are read with their session)."""
+    return sorted(p for p in root.rglob("*.jsonl") if p.parent.name != "subagents" and p.is_file())
+
+
+def parse_file(path: Path, lines: Iterable[str] | None = None) -> list[Session]:
+    """The sessions of one file: its own, then each of its subagents' (``<stem>/subagents``).
+    A subagent file given alone is parsed as a subagent of its session."""
+    if path.parent.name == "subagents":
+        return [_subagent(path, session_dir=path.parent.parent)]
+    data = read_lines(path) if lines is None else JsonLines.of(lines)
+    main = _session(data, path=path, kind=Kind.LEAD, session_dir=path.with_suffix(""))
+    out = [main]
+    sub_dir = path.with_suffix("") / "subagents"
+    if lines is None and sub_dir.is_dir():
+        titles = _task_titles(main)
+        for f in sorted(sub_dir.glob("*.jsonl")):
+            out.append(_subagent(f, session_dir=path.with_suffix(""), titles=titles))
+    return out
+
+
+def _subagent(path: Path, *, session_dir: Path, titles: dict[str, str] | None = None) -> Session:
+    meta: dict[str, Any] = {}
+    meta_file = path.with_name(path.stem + ".meta.json")
+    try:
+        loaded = json.loads(meta_file.read_text(encoding="utf-8"))
+        meta = loaded if isinstance(loaded, dict) else {}
+    except (OSError, ValueError):
+        pass
+    agent = path.stem.removeprefix("agent-")
+    data = read_lines(path)
+    parent = session_dir.name
+    sess = _session(
+        data,
+        path=path,
+        kind=Kind.WORKER,
+        session_dir=session_dir,
+        key=f"{FORMAT}:{parent}/{agent}",
+        session_id=f"{parent}/{agent}",
+    )
+    sess.parent_key = f"{FORMAT}:{parent}"
+    tool_use = meta.get("toolUseId")
+    if isinstance(tool_use, str):
+        sess.source["tool_use_id"] = tool_use
+        if titles and tool_use in titles:
+            sess.title = titles[tool_use]
+    for k in ("agentType", "description"):
+        if isinstance(meta.get(k), str):
+            sess.source[k] = meta[k]
+    if isinstance(meta.get("description"), str) and meta["description"]:
+        sess.title = meta["description"]
+    return sess
+
+
+def _task_titles(main: Session) -> dict[str, str]:
+    """tool_use id → its ``description`` input, over the main line (a subagent's title)."""
+    out: dict[str, str] = {}
+    for m in main.branches[0].messages if main.branches else ():
+        for b in m.tool_uses():
+            desc = b.input.get("description")
+            if isinstance(desc, str) and desc:
+                out[b.id] = desc
+    return out
+
+
+@dataclass
+class _Node:
+    index: int
+    entry: dict[str, Any]
+    parent: str | None
+
+
+def _session(
+    data: JsonLines,
+    *,
+    path: Path,
+    kind: Kind,
+    session_dir: Path,
+    key: str | None = None,
+    session_id: str | None = None,
+) -> Session:
+    nodes: dict[str, _Node] = {}
+    unmodeled: Counter[str] = Counter()
+    titles: dict[str, str] = {}
+    summaries: list[tuple[str, str]] = []
+    sid: str | None = None
+    model: str | None = None
+    created: int | None = None
+    for i, e in enumerate(data.objects):
+        kind_of = e.get("type")
+        sid = sid or (e["sessionId"] if isinstance(e.get("sessionId"), str) else None)
+        if created is None:
+            created = iso_ms(e.get("timestamp"))
+        if kind_of == "custom-title" and isinstance(e.get("customTitle"), str):
+            titles["custom"] = e["customTitle"]
+            continue
+        if kind_of == "summary" and isinstance(e.get("summary"), str):
+            summaries.append((str(e.get("leafUuid")), e["summary"]))
+            continue
+        uid = e.get("uuid")
+        if kind_of not in _MESSAGE_TYPES or not isinstance(uid, str):
+            unmodeled[f"line:{kind_of}"] += 1
+            continue
+        if uid in nodes:
+            unmodeled["duplicate uuid"] += 1
+            continue
+        parent = e.get("parentUuid")
+        if parent is None and e.get("subtype") == "compact_boundary":
+            parent = e.get("logicalParentUuid")
+        nodes[uid] = _Node(i, e, parent if isinstance(parent, str) else None)
+        if "toolUseResult" in e:
+            unmodeled["toolUseResult"] += 1
+        msg = e.get("message")
+        named = msg.get("model") if kind_of == "assistant" and isinstance(msg, dict) else None
+        if isinstance(named, str) and named != "<synthetic>":
+            model = named
+    for leaf, text in summaries:
+        if leaf in nodes:
+            titles.setdefault("summary", text)
+    leaves = _leaves(nodes)
+    conv = _Converter(session_dir, unmodeled)
+    branches: list[Branch] = []
+    for n, leaf in enumerate(leaves):
+        branch = conv.branch(_path(nodes, leaf), label="" if n == 0 else "rewound branch")
+        if branch.messages:
+            branches.append(branch)
+    sid = session_id or sid or path.stem
+    first = first_text(branches[0].messages) if branches else ""
+    title = titles.get("custom") or titles.get("summary") or first or f"claude-code {sid}"
+    source: dict[str, Any] = {"format": FORMAT, "session_id": sid, "path": str(path)}
+    if unmodeled:
+        source["unmodeled"] = dict(sorted(unmodeled.items()))
+    return Session(
+        key=key or f"{FORMAT}:{sid}",
+        kind=kind,
+        title=title,
+        source=source,
+        branches=branches,
+        created_ms=created,
+        model=model,
+        skipped=data.skipped,
+    )
+
+
+def _leaves(nodes: dict[str, _Node]) -> list[str]:
+    """Leaves of the chain forest, the main one (newest in the file) first, then the others
+    newest first; a leaf whose line is a sidechain never leads."""
+    has_child = {n.parent for n in nodes.values() if n.parent in nodes}
+    leaves = [u for u in nodes if u not in has_child]
+    leaves.sort(key=lambda u: (not nodes[u].entry.get("isSidechain"), nodes[u].index))
+    leaves.reverse()
+    return leaves
+
+
+def _path(nodes: dict[str, _Node], leaf: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    cur: str | None = leaf
+    while cur is not None and cur in nodes and cur not in seen:
+        seen.add(cur)
+        out.append(nodes[cur].entry)
+        cur = nodes[cur].parent
+    out.reverse()
+    return out
+
+
+class _Converter:
+    def __init__(self, session_dir: Path, unmodeled: Counter[str]) -> None:
+        self.session_dir = session_dir
+        self.unmodeled = unmodeled
+        self._outputs: dict[str, str | None] = {}
+
+    def branch(self, entries: list[dict[str, Any]], *, label: str) -> Branch:
+        b = Builder()
+        for e in entries:
+            msg = e.get("message")
+            if not isinstance(msg, dict):
+                continue
+            if e.get("type") == "user":
+                blocks = self.blocks(msg.get("content"))
+                if e.get("isCompactSummary") and blocks:
+                    text = "\n".join(x.text for x in blocks if isinstance(x, TextBlock))
+                    b.user([TextBlock(text=f"{COMPACTION_MARK}\n{text}")], turn=False, alone=True)
+                    continue
+                b.user(blocks)
+            elif e.get("type") == "assistant":
+                mid = msg.get("id") if isinstance(msg.get("id"), str) else None
+                b.assistant(self.blocks(msg.get("content")), msg_id=mid, usage=_usage(msg))
+        return b.branch(label)
+
+    def blocks(self, content: Any) -> list[Block]:
+        if isinstance(content, str):
+            return [TextBlock(text=content)] if content else []
+        if not isinstance(content, list):
+            return []
+        out: list[Block] = []
+        for c in content:
+            block = self.block(c)
+            if block is not None:
+                out.append(block)
+        return out
+
+    def block(self, c: Any) -> Block | None:
+        if not isinstance(c, dict):
+            return TextBlock(text=str(c)) if c else None
+        t = c.get("type")
+        if t == "text" and isinstance(c.get("text"), str):
+            return TextBlock(text=c["text"]) if c["text"] else None
+        if t == "thinking" and isinstance(c.get("thinking"), str):
+            sig = c.get("signature") if isinstance(c.get("signature"), str) else None
+            if not c["thinking"] and not sig:
+                return None
+            return ThinkingBlock(thinking=c["thinking"], signature=sig or None)
+        if t == "tool_use" and isinstance(c.get("id"), str) and c["id"]:
+            raw = c.get("input")
+            name = c.get("name") if isinstance(c.get("name"), str) and c["name"] else "tool"
+            return ToolUseBlock(
+                id=c["id"], name=name, input=raw if isinstance(raw, dict) else {"input": raw}
+            )
+        if t == "tool_result" and isinstance(c.get("tool_use_id"), str) and c["tool_use_id"]:
+            text = self.result_text(c["tool_use_id"], c.get("content"))
+            return ToolResultBlock(
+                tool_use_id=c["tool_use_id"], content=text, is_error=bool(c.get("is_error"))
+            )
+        self.unmodeled[f"block:{t}"] += 1
+        return placeholder(c)
+
+    def result_text(self, tool_use_id: str, content: Any) -> str:
+        if isinstance(content, str):
+            text = content
+        elif isinstance(content, list):
+            parts = []
+            for c in content:
+                if isinstance(c, dict) and c.get("type") == "text":
+                    parts.append(str(c.get("text", "")))
+                else:
+                    self.unmodeled[
+                        "result block:" + str(c.get("type") if isinstance(c, dict) else "?")
+                    ] += 1
+                    parts.append(placeholder(c).text)
+            text = "\n".join(parts)
+        elif content is None:
+            text = ""
+        else:
+            text = json.dumps(content, ensure_ascii=False)
+        if "<persisted-output>" in text:
+            whole = self.persisted(tool_use_id, text)
+            if whole is not None:
+                return whole
+        return text
+
+    def persisted(self, tool_use_id: str, text: str) -> str | None:
+        """The whole output saved under ``<session>/tool-results/`` (only a file of that
+        directory is ever read, whatever path the marker names)."""
+        if tool_use_id in self._outputs:
+            return self._outputs[tool_use_id]
+        names = []
+        m = _PERSISTED.search(text)
+        if m:
+            names.append(Path(m.group(1).rstrip(".)")).name)
+        names += [f"{tool_use_id}.txt", f"{tool_use_id}.json"]
+        folder = self.session_dir / "tool-results"
+        found: str | None = None
+        for name in names:
+            f = folder / name
+            if name and f.is_file() and f.resolve().parent == folder.resolve():
+                try:
+                    found = f.read_text(encoding="utf-8", errors="replace")
+                except OSError:
+                    continue
+                break
+        if found is None:
+            self.unmodeled["persisted output missing"] += 1
+        self._outputs[tool_use_id] = found
+        return found
+
+
+def _usage(msg: dict[str, Any]) -> Any:
+    u = msg.get("usage")
+    if not isinstance(u, dict):
+        return None
+
+    def n(k: str) -> int:
+        v = u.get(k)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
+
+    usage = Usage(
+        input_tokens=n("input_tokens"),
+        output_tokens=n("output_tokens"),
+        cache_read_input_tokens=n("cache_read_input_tokens"),
+        cache_creation_input_tokens=n("cache_creation_input_tokens"),
+    )
+    if not usage.total_tokens:
+        return None
+    model = msg.get("model") if isinstance(msg.get("model"), str) else None
+    return usage_record(model, usage)

@@ -1,0 +1,303 @@
+"""Codex CLI rollouts: ``~/.codex/sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl``, one session
+(Codex: a thread) a file; a fork or a subagent is a file of its own, linked from its first line.
+
+Every line is ``{"timestamp", "type", "payload"}`` (Codex's ``RolloutLine``). What is read here,
+defensively (the format is Codex's own and changes between versions):
+
+- ``session_meta``: ``id``, ``forked_from_id`` (the main line becomes a fork of that session's
+  thread at the history both share), ``source.subagent.thread_spawn.parent_thread_id`` (a
+  subagent: a worker thread whose parent is that session's thread), ``timestamp``;
+- ``turn_context``: the ``model`` of the turns that follow (for usage rows);
+- ``response_item``: ``message`` (user/assistant text; developer and system messages are kept
+  as marked user text), ``reasoning`` (its summary and any plain content: thinking; encrypted
+  content is not kept), ``function_call`` (``arguments`` is JSON inside a string),
+  ``custom_tool_call``, ``local_shell_call`` and their ``*_output`` by ``call_id``;
+- ``event_msg``: ``token_count`` (each new ``last_token_usage`` a usage row of the assistant
+  turn before it; a repeated count is one row), ``exec_command_end`` (the result of a call only
+  when no ``function_call_output`` answers it: one result per call), ``thread_rolled_back``
+  (the last ``num_turns`` user turns leave the main line and become a fork); the events that
+  repeat response items (``user_message``, ``agent_message``, ``agent_reasoning``) are skipped;
+- ``compacted``: its ``message`` is kept as a marked user message; the history before it stays.
+
+Anything else is counted in ``source.unmodeled``; a line that is not JSON is skipped and counted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from store import Kind, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock, Usage
+
+from ._draft import COMPACTION_MARK, Block, Branch, Builder, Session, usage_record
+from ._lines import JsonLines, first_text, iso_ms, placeholder, read_lines
+
+FORMAT = "codex"
+_KINDS = ("session_meta", "response_item", "event_msg", "turn_context", "compacted")
+_CONTEXT_PREFIXES = ("<environment_context>", "<user_instructions>", "<permissions")
+_ECHO_EVENTS = frozenset(
+    {"user_message", "agent_message", "agent_reasoning", "agent_reasoning_raw_content"}
+)
+
+
+def looks_like(obj: dict[str, Any]) -> bool:
+    """A Codex rollout line (for ``auto``)."""
+    return obj.get("type") in _KINDS and "payload" in obj
+
+
+def session_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.jsonl") if p.is_file())
+
+
+def parse_file(path: Path, lines: Iterable[str] | None = None) -> list[Session]:
+    data = read_lines(path) if lines is None else JsonLines.of(lines)
+    return [_Rollout(path, data).session()]
+
+
+class _Rollout:
+    def __init__(self, path: Path, data: JsonLines) -> None:
+        self.path = path
+        self.data = data
+        self.unmodeled: Counter[str] = Counter()
+        self.meta: dict[str, Any] = {}
+        self.model: str | None = None
+        self.b = Builder()
+        self.abandoned: list[Branch] = []
+        self.answered: set[str] = set()
+        self.exec_results: dict[str, dict[str, Any]] = {}
+        self.last_total: Any = None
+
+    def session(self) -> Session:
+        objs = self.data.objects
+        for o in objs:  # which calls have a real output (an exec_command_end is then a copy)
+            p = o.get("payload")
+            if o.get("type") != "response_item" or not isinstance(p, dict):
+                continue
+            if str(p.get("type", "")).endswith("_output") and isinstance(p.get("call_id"), str):
+                self.answered.add(p["call_id"])
+        for o in objs:
+            p = o.get("payload")
+            if not isinstance(p, dict):
+                self.unmodeled[f"line:{o.get('type')}"] += 1
+                continue
+            handler = getattr(self, f"_on_{o.get('type')}", None)
+            if handler is None:
+                self.unmodeled[f"line:{o.get('type')}"] += 1
+                continue
+            handler(p)
+        sid = self.meta.get("id") if isinstance(self.meta.get("id"), str) else self.path.stem
+        main = self.b.branch()
+        branches = [main, *self.abandoned]
+        source: dict[str, Any] = {"format": FORMAT, "session_id": sid, "path": str(self.path)}
+        spawn = _thread_spawn(self.meta.get("source"))
+        parent = spawn.get("parent_thread_id") if spawn else None
+        kind = Kind.WORKER if isinstance(parent, str) else Kind.LEAD
+        for k in ("agent_nickname", "agent_role"):
+            v = (spawn or {}).get(k) or self.meta.get(k)
+            if isinstance(v, str):
+                source[k] = v
+        for k in ("cwd", "cli_version", "originator"):
+            if isinstance(self.meta.get(k), str):
+                source[k] = self.meta[k]
+        if self.unmodeled:
+            source["unmodeled"] = dict(sorted(self.unmodeled.items()))
+        forked = self.meta.get("forked_from_id")
+        title = first_text(main.messages) or f"codex {sid}"
+        if kind == Kind.WORKER and isinstance(source.get("agent_nickname"), str):
+            title = f"{source['agent_nickname']}: {title}"
+        created = iso_ms(self.meta.get("timestamp")) or (
+            iso_ms(objs[0].get("timestamp")) if objs else None
+        )
+        return Session(
+            key=f"{FORMAT}:{sid}",
+            kind=kind,
+            title=title,
+            source=source,
+            branches=[b for b in branches if b.messages],
+            parent_key=f"{FORMAT}:{parent}" if isinstance(parent, str) else None,
+            fork_parent_key=f"{FORMAT}:{forked}" if isinstance(forked, str) else None,
+            created_ms=created,
+            model=self.model,
+            skipped=self.data.skipped,
+        )
+
+    # ----------------------------------------------------------------- line kinds
+
+    def _on_session_meta(self, p: dict[str, Any]) -> None:
+        if not self.meta:
+            self.meta = p
+        else:
+            self.unmodeled["line:session_meta (again)"] += 1
+
+    def _on_turn_context(self, p: dict[str, Any]) -> None:
+        if isinstance(p.get("model"), str):
+            self.model = p["model"]
+
+    def _on_compacted(self, p: dict[str, Any]) -> None:
+        text = p.get("message") if isinstance(p.get("message"), str) else ""
+        self.b.user([TextBlock(text=f"{COMPACTION_MARK}\n{text}")], turn=False, alone=True)
+        if p.get("replacement_history"):
+            self.unmodeled["compacted replacement_history"] += 1
+
+    def _on_event_msg(self, p: dict[str, Any]) -> None:
+        t = p.get("type")
+        if t == "token_count":
+            self._token_count(p)
+        elif t == "exec_command_end":
+            call = p.get("call_id")
+            if isinstance(call, str) and call not in self.answered:
+                self.answered.add(call)
+                out = p.get("aggregated_output") or p.get("formatted_output") or ""
+                if not out:
+                    out = "".join(str(p.get(k) or "") for k in ("stdout", "stderr"))
+                code = p.get("exit_code")
+                self.b.user(
+                    [
+                        ToolResultBlock(
+                            tool_use_id=call,
+                            content=str(out),
+                            is_error=isinstance(code, int) and code != 0,
+                        )
+                    ]
+                )
+        elif t == "thread_rolled_back":
+            self._rolled_back(p.get("num_turns"))
+        elif t not in _ECHO_EVENTS:
+            self.unmodeled[f"event:{t}"] += 1
+
+    def _token_count(self, p: dict[str, Any]) -> None:
+        info = p.get("info")
+        if not isinstance(info, dict):
+            return
+        total = info.get("total_token_usage")
+        last = info.get("last_token_usage")
+        if not isinstance(last, dict) or total == self.last_total:
+            return  # Codex repeats the count after a turn: one row per new count
+        self.last_total = total
+
+        def n(k: str) -> int:
+            v = last.get(k)
+            return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
+
+        cached = n("cached_input_tokens")
+        usage = Usage(
+            input_tokens=max(n("input_tokens") - cached, 0),  # OpenAI counts cached in input
+            output_tokens=n("output_tokens"),
+            cache_read_input_tokens=cached,
+        )
+        if usage.total_tokens and not self.b.usage_for_last_assistant(
+            usage_record(self.model, usage)
+        ):
+            self.unmodeled["token_count before any reply"] += 1
+
+    def _rolled_back(self, turns: Any) -> None:
+        if not isinstance(turns, int) or turns <= 0:
+            return
+        starts = self.b.user_turn_starts()
+        if not starts:
+            return
+        cut = starts[-min(turns, len(starts))]
+        abandoned = self.b.snapshot().branch("rolled-back turns")
+        self.abandoned.append(abandoned)
+        self.b.truncate(cut)
+
+    def _on_response_item(self, p: dict[str, Any]) -> None:
+        t = p.get("type")
+        if t == "message":
+            self._message(p)
+        elif t == "reasoning":
+            parts = [
+                str(s.get("text", ""))
+                for key in ("summary", "content")
+                for s in (p.get(key) or [])
+                if isinstance(s, dict) and s.get("text")
+            ]
+            if p.get("encrypted_content"):
+                self.unmodeled["reasoning encrypted_content"] += 1
+            if parts:
+                self.b.assistant([ThinkingBlock(thinking="\n\n".join(parts))])
+        elif t in ("function_call", "custom_tool_call", "local_shell_call"):
+            self._call(t, p)
+        elif t in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
+            call = p.get("call_id")
+            if isinstance(call, str) and call:
+                text, error = _output(p.get("output"))
+                self.b.user([ToolResultBlock(tool_use_id=call, content=text, is_error=error)])
+        else:
+            self.unmodeled[f"item:{t}"] += 1
+            self.b.assistant([placeholder(p)])
+
+    def _message(self, p: dict[str, Any]) -> None:
+        role = p.get("role")
+        blocks: list[Block] = []
+        content = p.get("content")
+        for c in content if isinstance(content, list) else [content]:
+            if isinstance(c, dict) and isinstance(c.get("text"), str):
+                if c["text"]:
+                    blocks.append(TextBlock(text=c["text"]))
+            elif isinstance(c, str) and c:
+                blocks.append(TextBlock(text=c))
+            elif c is not None:
+                blocks.append(placeholder(c))
+        if role == "assistant":
+            self.b.assistant(blocks)
+        elif role == "user":
+            text = "".join(b.text for b in blocks if isinstance(b, TextBlock)).lstrip()
+            self.b.user(blocks, turn=bool(text) and not text.startswith(_CONTEXT_PREFIXES))
+        else:  # developer / system instructions the model saw: kept, marked
+            text = "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
+            if text:
+                self.b.user([TextBlock(text=f"[{role} message]\n{text}")], turn=False)
+
+    def _call(self, t: str, p: dict[str, Any]) -> None:
+        call = p.get("call_id") or p.get("id")
+        if not isinstance(call, str) or not call:
+            self.unmodeled[f"item:{t} without call_id"] += 1
+            return
+        name = p.get("name") if isinstance(p.get("name"), str) and p["name"] else None
+        args: dict[str, Any]
+        if t == "function_call":
+            raw = p.get("arguments")
+            try:
+                parsed = json.loads(raw) if isinstance(raw, str) else raw
+            except ValueError:
+                parsed = None
+            args = parsed if isinstance(parsed, dict) else {"arguments": raw}
+        elif t == "custom_tool_call":
+            args = {"input": p.get("input")}
+        else:
+            action = p.get("action")
+            args = action if isinstance(action, dict) else {"action": action}
+            name = name or "local_shell"
+        self.b.assistant([ToolUseBlock(id=call, name=name or "tool", input=args)])
+
+
+def _output(out: Any) -> tuple[str, bool]:
+    """A call's output as text, and whether it failed: a string, a legacy
+    ``{"content", "success"}`` object, or a list of content items."""
+    if isinstance(out, str):
+        return out, False
+    if isinstance(out, dict):
+        text, _ = _output(out.get("content", out.get("output", "")))
+        return text, out.get("success") is False
+    if isinstance(out, list):
+        parts = [
+            str(c.get("text", "")) if isinstance(c, dict) and "text" in c else placeholder(c).text
+            for c in out
+        ]
+        return "\n".join(parts), False
+    return ("" if out is None else json.dumps(out)), False
+
+
+def _thread_spawn(source: Any) -> dict[str, Any] | None:
+    if not isinstance(source, dict):
+        return None
+    sub = source.get("subagent") or source.get("sub_agent") or source.get("subAgent")
+    if isinstance(sub, dict):
+        spawn = sub.get("thread_spawn")
+        if isinstance(spawn, dict):
+            return spawn
+    return None
