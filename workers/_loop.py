@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from store import (
     DatabaseError,
     Kind,
-    LeaseHeld,
+    Lease,
     LeaseLost,
     Message,
     NewMessage,
@@ -44,12 +44,11 @@ from store import (
     UsageRecord,
     finish_uncancelled,
     format_ref,
-    owner_is_dead,
 )
 
 from ._nudges import EMPTY_REPLY_SUMMARY, nudge_text, reply_text
 from ._protocol import Model, ModelResponse, ToolSpec, result_nudges
-from ._request import DEFAULT_OUTPUT_CAP, build_request
+from ._request import DEFAULT_OUTPUT_CAP, RequestBuilder
 from ._results import (
     SUBMIT_RESULT,
     Submission,
@@ -152,6 +151,7 @@ class _Run:
     on_event: Callable[[LoopEvent], None] | None
     resolve_task_ref: Callable[[str], Awaitable[str | None]] | None
     task_key: str | None
+    requests: RequestBuilder  # the model's view of ``history``, each message's made once
     message: str | None = None
     title: str = ""
     after_tools: Callable[[int], Awaitable[None]] | None = None
@@ -166,7 +166,17 @@ class _Run:
     result: Result | None = None
     final_text: str = ""
     owner: str | None = None  # the lease holder every append is checked against
-    lease_lost: bool = False  # another runner owns the thread now: write nothing more
+    lease: Lease | None = None  # held through ``store.leases.hold`` while the run owns the thread
+
+    @property
+    def lease_lost(self) -> bool:
+        """Another runner owns the thread now: write nothing more."""
+        return self.lease is not None and self.lease.lost
+
+    @lease_lost.setter
+    def lease_lost(self, lost: bool) -> None:
+        if self.lease is not None:
+            self.lease.lost = lost
 
     def emit(self, kind: str, **kw: Any) -> None:
         if self.on_event is not None:
@@ -249,6 +259,14 @@ async def run_thread(
         on_event=on_event,
         resolve_task_ref=resolve_task_ref,
         task_key=(info.task or {}).get("id") if info.task else None,
+        requests=RequestBuilder(
+            system=info.system_prompt or "",
+            tools=specs,
+            thread_ref=info.ref,
+            max_tokens=cfg.max_response_tokens,
+            output_cap=cfg.output_cap,
+            resolve_task_ref=resolve_task_ref,
+        ),
         message=message,
         title=info.title,
         after_tools=after_tools,
@@ -258,46 +276,21 @@ async def run_thread(
         thread=info.ref, job=format_ref(info.job_id), task=run.task_key
     )
     bound.__enter__()
-    renewer: asyncio.Task[None] | None = None
     try:
-        # inside the try: a cancellation that lands just after the lease was written must
-        # still release it (the write itself is finished even if we are cancelled)
-        await _acquire(store, info.ref, thread_id, me, cfg.lease_ttl_s)
-        renewer = asyncio.create_task(_renew(run, cfg.lease_ttl_s, asyncio.current_task()))
-        try:
-            await store.set_status(thread_id, Status.RUNNING)
-        except asyncio.CancelledError:
-            await finish_uncancelled(_interrupt_if_running(store, thread_id))
-            raise
-        run.emit("started", status=Status.RUNNING)
-        log.info("thread.started", kind=str(info.kind), model=model.spec)
-        try:
+        # ``hold`` renews the lease in the background; losing it cancels this run, which then
+        # ends with ``LeaseLost`` (and the lease is released whatever happens)
+        async with store.leases.hold(thread_id, me, ttl_s=cfg.lease_ttl_s) as lease:
+            run.lease = lease
+            try:
+                await store.set_status(thread_id, Status.RUNNING)
+            except asyncio.CancelledError:
+                await finish_uncancelled(_interrupt_if_running(store, thread_id))
+                raise
+            run.emit("started", status=Status.RUNNING)
+            log.info("thread.started", kind=str(info.kind), model=model.spec)
             return await _drive(run)
-        except asyncio.CancelledError:
-            # cancelled by the renewer because the lease was lost (and by nobody else)
-            task = asyncio.current_task()
-            if run.lease_lost and task is not None and task.uncancel() == 0:
-                raise LeaseLost(f"{info.ref}: {me} lost its lease; the run stopped", None) from None
-            raise
     finally:
-        if renewer is not None:
-            renewer.cancel()
-            # waited for without swallowing a cancellation of this run (it goes on up after)
-            await finish_uncancelled(asyncio.wait([renewer]))
-        with contextlib.suppress(Exception):
-            # a no-op unless ``me`` holds the lease
-            await finish_uncancelled(store.release_lease(thread_id, me))
         bound.__exit__(None, None, None)
-
-
-async def _acquire(store: Store, ref: str, thread_id: str, me: str, ttl: float) -> None:
-    try:
-        await store.acquire_lease(thread_id, me, ttl_s=ttl)
-    except LeaseHeld as held:
-        if not owner_is_dead(held.owner):
-            raise
-        log.warning("lease.taken_over", thread=ref, dead_owner=held.owner)
-        await store.acquire_lease(thread_id, me, ttl_s=ttl, replace=held.owner)
 
 
 async def _interrupt_if_running(store: Store, thread_id: str) -> None:
@@ -307,25 +300,6 @@ async def _interrupt_if_running(store: Store, thread_id: str) -> None:
         )
     except StatusError:
         pass  # it never started running: nothing to mark
-
-
-async def _renew(run: _Run, ttl: float, runner: asyncio.Task[Any] | None) -> None:
-    """Keep the lease; when it cannot be renewed (another runner took it) stop the run at
-    once: it must write nothing more (its appends would be refused anyway)."""
-    assert run.owner is not None
-    while True:
-        await asyncio.sleep(ttl / 3)
-        try:
-            held = await run.store.renew_lease(run.thread_id, run.owner, ttl_s=ttl)
-        except Exception as exc:  # the database hiccuped: try again; appends check the lease
-            log.warning("lease.renew_failed", error=str(exc))
-            continue
-        if not held:
-            log.warning("lease.lost", thread=format_ref(run.thread_id))
-            run.lease_lost = True
-            if runner is not None:
-                runner.cancel()
-            return
 
 
 async def _drive(run: _Run) -> RunOutcome:
@@ -393,6 +367,7 @@ async def _answer_orphans(run: _Run, *, replay: bool = True) -> None:
     it already started), which are run again when ``replay`` is on."""
     history = await run.store.messages(run.thread_id)
     run.history = history
+    run.requests.reset(history)
     if not history or history[-1].role != "assistant":
         return
     uses = [b for b in history[-1].content if isinstance(b, ToolUseBlock)]
@@ -418,6 +393,7 @@ async def _store(
         run.thread_id, msg, usage=usage, lease_owner=run.owner, output_files=files
     )
     run.history.extend(stored)
+    run.requests.extend(stored)
     return stored
 
 
@@ -441,16 +417,7 @@ async def _turns(run: _Run) -> RunOutcome:
             )
         if run.before_model_call is not None:
             await run.before_model_call()
-        request = build_request(
-            system=run.system,
-            tools=run.specs,
-            history=history,
-            thread_ref=format_ref(run.thread_id),
-            max_tokens=cfg.max_response_tokens,
-            output_cap=cfg.output_cap,
-            resolve_task_ref=run.resolve_task_ref,
-        )
-        response = await run.model.complete(request)
+        response = await run.model.complete(run.requests.request())
         run.turns += 1
         run.usage = run.usage + response.usage
         record = UsageRecord(

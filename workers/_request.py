@@ -8,6 +8,11 @@ An output stored apart (``ToolResultBlock.stored``: too large to keep inline) is
 it would be inline: its preview holds enough of its head and tail for the cap, and the marker
 gives the whole output's size. The request never carries ``stored`` (each tool result is rebuilt
 as a plain block).
+
+A running thread builds its requests incrementally (``RequestBuilder``): the stored prefix never
+changes (nothing is ever summarized in place), so each stored message is turned into its view
+once, when it is read or appended, and a turn's request costs the same at message 20 and at
+message 20,000. ``build_request`` is the same builder used once.
 """
 
 from __future__ import annotations
@@ -63,13 +68,59 @@ def model_view(msg: Message, cap: int) -> NewMessage:
     blocks = []
     for b in msg.content:
         if isinstance(b, ToolResultBlock):
-            b = ToolResultBlock(
+            # built from a validated block and a str: nothing here needs validating again
+            b = ToolResultBlock.model_construct(
                 tool_use_id=b.tool_use_id,
                 content=f"[{ref}]\n{capped_view(b, cap, ref)}",
                 is_error=b.is_error,
             )
         blocks.append(b)
     return NewMessage.model_construct(role=msg.role, content=blocks)
+
+
+class RequestBuilder:
+    """The requests of one running thread: the view of each stored message is made once
+    (``extend`` with what was read or appended, in order) and every request reuses them."""
+
+    def __init__(
+        self,
+        *,
+        system: str,
+        tools: Sequence[ToolSpec],
+        thread_ref: str,
+        max_tokens: int,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        resolve_task_ref: Callable[[str], Awaitable[str | None]] | None = None,
+    ) -> None:
+        self.system = system
+        self.tools = list(tools)
+        self.thread_ref = thread_ref
+        self.max_tokens = max_tokens
+        self.output_cap = output_cap
+        self.resolve_task_ref = resolve_task_ref
+        self._views: list[NewMessage] = []
+
+    def reset(self, history: Sequence[Message]) -> None:
+        """Start again from ``history`` (the thread's whole visible history, as read)."""
+        self._views = []
+        self.extend(history)
+
+    def extend(self, stored: Sequence[Message]) -> None:
+        """Messages just stored after the ones already seen."""
+        cap = self.output_cap
+        self._views.extend(model_view(m, cap) for m in stored)
+
+    def request(self) -> ModelRequest:
+        """The request for the history seen so far (a copy of the list of views: a request
+        kept by a caller does not grow with the thread)."""
+        return ModelRequest(
+            system=self.system,
+            tools=list(self.tools),
+            messages=self._views[:],
+            max_tokens=self.max_tokens,
+            thread_ref=self.thread_ref,
+            resolve_task_ref=self.resolve_task_ref,
+        )
 
 
 def build_request(
@@ -82,11 +133,13 @@ def build_request(
     output_cap: int = DEFAULT_OUTPUT_CAP,
     resolve_task_ref: Callable[[str], Awaitable[str | None]] | None = None,
 ) -> ModelRequest:
-    return ModelRequest(
+    builder = RequestBuilder(
         system=system,
-        tools=list(tools),
-        messages=[model_view(m, output_cap) for m in history],
-        max_tokens=max_tokens,
+        tools=tools,
         thread_ref=thread_ref,
+        max_tokens=max_tokens,
+        output_cap=output_cap,
         resolve_task_ref=resolve_task_ref,
     )
+    builder.extend(history)
+    return builder.request()
