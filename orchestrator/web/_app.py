@@ -1,0 +1,310 @@
+"""The viewer's ASGI application and its server.
+
+Read-only by construction: every route is a GET, and nothing here calls a writing method of
+the store. Bound to 127.0.0.1 unless told otherwise; on a loopback address the ``Host`` header
+must name the loopback too, so a page elsewhere cannot reach the transcripts through DNS
+rebinding. Every response carries a Content-Security-Policy that allows only this server's own
+stylesheet and script: even a template mistake could not run transcript text as code.
+
+A running thread's page follows new messages through server-sent events: ``/t/T-…/events``
+polls the store (one indexed read of the thread row every ``POLL_S``; the runner may be another
+process, so there is nothing in-process to wait on) and sends each new message rendered by the
+same template as the page, then the status, and ends when the thread does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ._templates import KINDS, STATIC, STATUSES, render
+from ._views import LIST_LIMIT, SEARCH_LIMIT, job_tree, message_views, server_links, thread_page
+
+if TYPE_CHECKING:
+    from store import Store, ThreadInfo
+
+POLL_S = 0.25
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+
+CSP = (
+    "default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'; "
+    "img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+_HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+]
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
+
+
+class BadRequest(ValueError):
+    """A query parameter that makes no sense (400, naming it)."""
+
+
+class _Guard:
+    """Security headers on every response; a ``Host`` outside ``allowed`` is refused (400)."""
+
+    def __init__(self, app: ASGIApp, allowed: Sequence[str] | None) -> None:
+        self.app = app
+        self.allowed = None if allowed is None else {h.lower() for h in allowed}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.allowed is not None:
+            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1").lower()
+            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+            if name not in self.allowed:
+                await PlainTextResponse("unknown Host", status_code=400)(scope, receive, send)
+                return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *_HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def allowed_hosts(host: str) -> list[str] | None:
+    """The Host names a server bound to ``host`` answers: the loopback names on a loopback
+    address, anything (None) when it was bound elsewhere on purpose."""
+    if host in LOOPBACK_HOSTS or host.startswith("127."):
+        return [*LOOPBACK_HOSTS, host]
+    return None
+
+
+def create_app(db: str, *, hosts: Sequence[str] | None = None) -> ASGIApp:
+    """The viewer over the database ``db`` (a path or URL, as ``--db``); ``hosts``: the Host
+    names to answer (None: any)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        from orchestrator import Orchestrator
+
+        async with await Orchestrator.open(db) as orch:
+            app.state.store = orch.store
+            yield
+
+    routes = [
+        Route("/", index),
+        Route("/t/{ref}", thread),
+        Route("/t/{ref}/events", events),
+        Route("/t/{ref}/{what:str}/{seq:int}/{tool_use_id}", whole),
+        Route("/job/{ref}", job),
+        Route("/search", search),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    from store import RefSyntaxError
+
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        # a missing or ambiguous thread (the store's) is a 404, a malformed ref or parameter a
+        # 400, each a page naming it; anything else is a bug, and a 500
+        exception_handlers={
+            LookupError: _not_found,
+            RefSyntaxError: _bad_request,
+            BadRequest: _bad_request,
+        },
+    )
+    return _Guard(app, hosts)
+
+
+def _store(request: Request) -> Store:
+    store: Store = request.app.state.store
+    return store
+
+
+async def _page(name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    return HTMLResponse(await render(name, **context), status_code=status_code)
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return await _page("error.html", 404, code=404, message=str(exc))
+
+
+async def _bad_request(request: Request, exc: Exception) -> Response:
+    return await _page("error.html", 400, code=400, message=str(exc))
+
+
+async def _resolve(request: Request, key: str = "ref") -> ThreadInfo:
+    ref = request.path_params[key] if key == "ref" else request.query_params[key]
+    return (await _store(request).resolve(ref)).thread
+
+
+def _int(request: Request, key: str, default: int) -> int:
+    raw = request.query_params.get(key, "")
+    try:
+        return int(raw) if raw else default
+    except ValueError:
+        raise BadRequest(f"{key}: not a number: {raw!r}") from None
+
+
+# ----------------------------------------------------------------- pages
+
+
+async def index(request: Request) -> Response:
+    q = request.query_params
+    status = q.get("status") or None
+    kind = q.get("kind") or None
+    if status is not None and status not in STATUSES:
+        raise BadRequest(f"status: one of {', '.join(STATUSES)}, not {status!r}")
+    if kind is not None and kind not in KINDS:
+        raise BadRequest(f"kind: one of {', '.join(KINDS)}, not {kind!r}")
+    store = _store(request)
+    job = None
+    if q.get("job"):
+        found = await _resolve(request, "job")
+        job = found if found.job_id == found.id else await store.get_thread(found.job_id)
+    rows = await store.list_threads(
+        job_id=job.id if job else None, status=status, kind=kind, limit=LIST_LIMIT + 1
+    )
+    return await _page(
+        "index.html",
+        rows=rows[:LIST_LIMIT],
+        more=len(rows) > LIST_LIMIT,
+        job=job,
+        filters={"status": status, "kind": kind},
+    )
+
+
+async def thread(request: Request) -> Response:
+    info = await _resolve(request)
+    page = await thread_page(_store(request), info, start=_int(request, "from", 1))
+    return await _page("thread.html", page=page)
+
+
+async def job(request: Request) -> Response:
+    focus = await _resolve(request)
+    root = await job_tree(_store(request), focus)
+    return await _page("tree.html", root=root, focus=focus.id)
+
+
+async def search(request: Request) -> Response:
+    q = request.query_params
+    query = q.get("q", "").strip()
+    job_ref = q.get("job") or None
+    hits: list[Any] = []
+    if query:
+        store = _store(request)
+        job_id = (await _resolve(request, "job")).job_id if job_ref else None
+        hits = await store.search(query, job_id=job_id, limit=SEARCH_LIMIT)
+    name = "_hits.html" if q.get("fragment") else "search.html"
+    return await _page(name, query=query, hits=hits, job=job_ref)
+
+
+async def whole(request: Request) -> Response:
+    """The whole input or output of one tool call, as plain text (streamed when stored apart)."""
+    what = request.path_params["what"]
+    if what not in ("input", "output"):
+        raise LookupError(f"no such page: {what}")
+    store = _store(request)
+    info = await _resolve(request)
+    seq, tool_use_id = request.path_params["seq"], request.path_params["tool_use_id"]
+    msg = await store.message(info.id, seq)
+    from store import ToolResultBlock, ToolUseBlock
+
+    wanted = ToolUseBlock if what == "input" else ToolResultBlock
+    block = next(
+        (
+            b
+            for b in msg.content
+            if isinstance(b, wanted)
+            and (b.id if isinstance(b, ToolUseBlock) else b.tool_use_id) == tool_use_id
+        ),
+        None,
+    )
+    if block is None:
+        raise LookupError(f"no tool {what} {tool_use_id} in {info.ref}#{seq}")
+    if isinstance(block, ToolUseBlock):
+        text = json.dumps(block.input, ensure_ascii=False, indent=2) + "\n"
+        return Response(_encoded(text), media_type="text/plain; charset=utf-8")
+    if block.stored is None:
+        return Response(_encoded(block.text), media_type="text/plain; charset=utf-8")
+
+    async def pieces() -> AsyncIterator[bytes]:
+        async for piece in store.output_pieces(msg.thread_id, msg.seq, tool_use_id):
+            yield _encoded(piece)
+
+    return StreamingResponse(pieces(), media_type="text/plain; charset=utf-8")
+
+
+def _encoded(text: str) -> bytes:
+    # the bytes as stored; a lone surrogate (no UTF-8 form) becomes U+FFFD, never an error
+    return text.encode("utf-8", "replace") if not text.isascii() else text.encode()
+
+
+async def events(request: Request) -> Response:
+    """Server-sent events: ``message`` ({seq, html}) for each message after ``after``, then
+    ``status`` ({status}) whenever it changes; ``end`` once the thread is terminal."""
+    store = _store(request)
+    info = await _resolve(request)
+    after = _int(request, "after", info.head_seq)
+    last_id = request.headers.get("last-event-id", "")
+    if last_id.isdigit():  # a reconnecting EventSource: go on from what it has
+        after = max(after, int(last_id))
+
+    async def stream() -> AsyncIterator[str]:
+        nonlocal after
+        status = ""
+        yield "retry: 1000\n\n"
+        while True:
+            now = await store.get_thread(info.id)
+            if now.head_seq > after:
+                msgs = await store.messages(info.id, start=after + 1, end=now.head_seq)
+                before = await store.message(info.id, after) if after else None
+                views = message_views(now, msgs, before=before, whole=server_links(now.ref))
+                for view in views:
+                    html = await render("_message.html", m=view)
+                    data = json.dumps({"seq": view.seq, "html": html})
+                    yield f"id: {view.seq}\nevent: message\ndata: {data}\n\n"
+                after = msgs[-1].seq if msgs else now.head_seq
+            if str(now.status) != status:
+                status = str(now.status)
+                yield f"event: status\ndata: {json.dumps({'status': status})}\n\n"
+            if now.status.terminal or str(now.status) == "idle":
+                yield "event: end\ndata: {}\n\n"
+                return
+            await asyncio.sleep(POLL_S)
+
+    return StreamingResponse(
+        stream(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+# ----------------------------------------------------------------- serving
+
+
+def serve(db: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+    """Serve the viewer until Ctrl-C (uvicorn; one line on stderr says where)."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        create_app(db, hosts=allowed_hosts(host)),
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+    )
+    shown_host = f"[{host}]" if ":" in host else host
+    sys.stderr.write(f"threadloom: serving http://{shown_host}:{port}/ (read-only; Ctrl-C stops)\n")
+    sys.stderr.flush()
+    uvicorn.Server(config).run()

@@ -1,0 +1,36 @@
+"""``threadloom export REF --format html``: the thread page as one self-contained file.
+
+The same template as the server's page, rendered with ``standalone``: the stylesheet inlined,
+no script, a Content-Security-Policy that forbids every fetch, links to other threads shown as
+their refs (there is no server to follow them to), and every message of the range on one page
+with tool inputs and outputs whole — the export is the record. Outputs stored apart are
+streamed from the store while the page is written, so memory holds one piece at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ._templates import environment, stylesheet
+from ._views import thread_page
+
+if TYPE_CHECKING:
+    from store import Store, ThreadInfo
+
+
+async def write_thread_html(
+    store: Store,
+    info: ThreadInfo,
+    write: Callable[[str], Any],
+    *,
+    start: int = 1,
+    end: int | None = None,
+) -> int:
+    """Write the page of ``info``'s messages ``start``..``end`` (default: all) through
+    ``write``; the number of messages written."""
+    page = await thread_page(store, info, start=start, end=end, export=True)
+    template = environment().get_template("thread.html")
+    async for chunk in template.generate_async(page=page, standalone=True, css=stylesheet()):
+        write(chunk)
+    return len(page.messages)

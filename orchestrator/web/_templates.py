@@ -1,0 +1,87 @@
+"""The one Jinja environment of the viewer and the export.
+
+Autoescape is on for every template, and ``finalize`` passes every printed string through
+``shown`` first, so no template can print transcript text unescaped or with its invisible
+characters hidden: safety does not depend on each template remembering a filter. The
+environment is async so the export can stream whole tool outputs out of the store while the
+page renders (bounded memory), with the very templates the server uses.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from ._text import age, compact, count, shown, stamp
+from ._views import PAGE, message_url, ref_url, thread_url, usage_line
+
+HERE = Path(__file__).resolve().parent
+TEMPLATES = HERE / "templates"
+STATIC = HERE / "static"
+
+STATUSES = ("idle", "queued", "running", "done", "failed", "interrupted", "cancelled")
+KINDS = ("lead", "worker", "reader")
+
+_MATCH = re.compile(r"\[([^\[\]]*)\]")
+
+
+def _finalize(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return shown(value)
+    return value
+
+
+def marks(snippet: str) -> list[tuple[str, bool]]:
+    """A search snippet (its matches in [brackets]) as (text, is_match) parts."""
+    parts, pos = [], 0
+    for m in _MATCH.finditer(snippet):
+        parts.append((snippet[pos : m.start()], False))
+        parts.append((m.group(1), True))
+        pos = m.end()
+    parts.append((snippet[pos:], False))
+    return [p for p in parts if p[0]]
+
+
+@cache
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        enable_async=True,
+        finalize=_finalize,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.globals.update(
+        PAGE=PAGE,
+        STATUSES=STATUSES,
+        KINDS=KINDS,
+        age=age,
+        compact=compact,
+        count=count,
+        marks=marks,
+        message_url=message_url,
+        stamp=stamp,
+        thread_url=thread_url,
+        usage_line=usage_line,
+        evidence_url=ref_url,
+        standalone=False,
+    )
+    return env
+
+
+def stylesheet() -> Markup:
+    """The stylesheet, for inlining in a self-contained page (our file: trusted markup)."""
+    return Markup((STATIC / "style.css").read_text(encoding="utf-8"))
+
+
+async def render(name: str, **context: Any) -> str:
+    return await environment().get_template(name).render_async(**context)

@@ -1,0 +1,307 @@
+"""What the pages show, read from the store and shaped for the templates: no HTML here (the
+templates write it, escaping everything), no Starlette (the HTML export uses these too).
+
+A thread page shows one seq range (``PAGE`` messages) so a thread of 100,000 messages costs
+what one of ``PAGE`` does; ``/t/T-…#n`` for an n past the first page is reached by
+``message_url``'s ``?from=`` (and, for a bare ``#n``, by the page's script).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from ._text import cap, count
+
+if TYPE_CHECKING:
+    from store import Message, Store, ThreadInfo, ToolResultBlock, Usage
+
+PAGE = 200
+"""Messages on one thread page."""
+
+LIST_LIMIT = 200
+SEARCH_LIMIT = 50
+ARG_WIDTH = 60
+
+
+def page_start(seq: int) -> int:
+    """The first seq of the page that holds message ``seq``."""
+    return (max(seq, 1) - 1) // PAGE * PAGE + 1
+
+
+def thread_url(ref: str) -> str:
+    return f"/t/{ref}"
+
+
+def message_url(ref: str, seq: int) -> str:
+    """Where message ``seq`` of thread ``ref`` is: its page, anchored at its seq."""
+    start = page_start(seq)
+    return f"/t/{ref}#{seq}" if start == 1 else f"/t/{ref}?from={start}#{seq}"
+
+
+def ref_url(text: str) -> str | None:
+    """The page of a ref written in a result (``T-…``, ``T-…#7``, ``T-…#7-9``); None when
+    ``text`` is not a ref."""
+    from store import ThreadRef
+
+    try:
+        parsed = ThreadRef.parse(text)
+    except Exception:  # a result's evidence is free text the worker wrote: not always a ref
+        return None
+    ref = f"T-{parsed.id}"
+    return message_url(ref, parsed.start) if parsed.start else thread_url(ref)
+
+
+# ----------------------------------------------------------------- messages
+
+
+@dataclass(slots=True)
+class Block:
+    """One content block as shown. ``body``/``tail``: the text (capped: head and tail, the
+    middle left out and linked as ``whole``); ``pieces``: the whole output streamed instead
+    (the HTML export, which has no server to link to)."""
+
+    type: Literal["text", "thinking", "call", "result"]
+    body: str = ""
+    tail: str = ""
+    summary: str = ""
+    first: str = ""
+    size: str = ""
+    total: int = 0
+    error: bool = False
+    whole: str | None = None
+    pieces: AsyncIterator[str] | None = None
+
+    @property
+    def omitted(self) -> int:
+        """Characters left out of the page (linked as ``whole``)."""
+        return (
+            0 if self.pieces is not None else max(self.total - len(self.body) - len(self.tail), 0)
+        )
+
+
+@dataclass(slots=True)
+class MessageView:
+    seq: int
+    role: str
+    origin: str | None
+    """The ref of the thread that owns the row when the message is inherited (a fork's)."""
+    created_at: Any
+    blocks: list[Block] = field(default_factory=list)
+
+
+WholeLink = Callable[[int, str, str], str]
+"""(seq, tool_use_id, "input" | "output") → the URL of the whole text."""
+
+
+def server_links(ref: str) -> WholeLink:
+    return lambda seq, tool_use_id, what: f"/t/{ref}/{what}/{seq}/{tool_use_id}"
+
+
+def message_views(
+    info: ThreadInfo,
+    msgs: Sequence[Message],
+    *,
+    before: Message | None = None,
+    whole: WholeLink | None = None,
+    store: Store | None = None,
+) -> list[MessageView]:
+    """The messages as shown. ``before``: the message preceding the range (it names the tools
+    whose results open it). ``whole``: links to whole inputs and outputs (the server); without
+    one (the export), inputs and inline outputs are shown whole and the outputs stored apart
+    are streamed from ``store``."""
+    names: dict[str, str] = {}
+    if before is not None:
+        names.update((b.id, b.name) for b in before.content if b.type == "tool_use")
+    out = []
+    for m in msgs:
+        view = MessageView(
+            seq=m.seq,
+            role=m.role,
+            origin=None if m.thread_id == info.id else f"T-{m.thread_id}",
+            created_at=m.created_at,
+        )
+        for b in m.content:
+            if b.type == "text":
+                view.blocks.append(Block("text", body=b.text))
+            elif b.type == "thinking":
+                view.blocks.append(
+                    Block("thinking", body=b.thinking, size=f"{count(len(b.thinking))} chars")
+                )
+            elif b.type == "tool_use":
+                names[b.id] = b.name
+                view.blocks.append(_call(m.seq, b.id, b.name, b.input, whole))
+            else:
+                name = names.get(b.tool_use_id, b.tool_use_id)
+                view.blocks.append(_result(m, b, name, whole, store))
+        out.append(view)
+    return out
+
+
+def _call(
+    seq: int, tool_use_id: str, name: str, args: dict[str, Any], whole: WholeLink | None
+) -> Block:
+    text = json.dumps(args, ensure_ascii=False, indent=2)
+    head, tail = cap(text) if whole is not None else (text, "")
+    return Block(
+        "call",
+        body=head,
+        tail=tail,
+        summary=f"{name}({call_args(args)})",
+        size=f"{count(len(text))} chars",
+        total=len(text),
+        whole=whole(seq, tool_use_id, "input") if tail and whole is not None else None,
+    )
+
+
+def call_args(args: dict[str, Any]) -> str:
+    """``key=value, …`` with each value shortened: the one line of a collapsed tool call."""
+    parts = []
+    for key, value in args.items():
+        text = json.dumps(value, ensure_ascii=False)
+        parts.append(f"{key}={text if len(text) <= ARG_WIDTH else text[: ARG_WIDTH - 1] + '…'}")
+    line = ", ".join(parts)
+    return line if len(line) <= 3 * ARG_WIDTH else line[: 3 * ARG_WIDTH - 1] + "…"
+
+
+def _result(
+    m: Message, b: ToolResultBlock, name: str, whole: WholeLink | None, store: Store | None
+) -> Block:
+    text = b.text
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    lines = text.count("\n") + (0 if not text or text.endswith("\n") else 1)
+    size = f"{count(lines)} lines · {count(len(text))} chars"
+    if b.stored is not None:
+        size = f"{count(b.stored.chars)} chars, stored apart"
+    block = Block(
+        "result",
+        summary=f"{name} · {'error' if b.is_error else 'ok'}",
+        size=size,
+        error=b.is_error,
+        first=first[:100],
+        total=b.stored.chars if b.stored is not None else len(text),
+    )
+    if whole is None:  # the export: everything whole
+        block.body = text
+        if b.stored is not None and store is not None:
+            block.pieces = store.output_pieces(m.thread_id, m.seq, b.tool_use_id)
+        return block
+    block.body, block.tail = cap(text)
+    if block.tail or b.stored is not None:
+        block.whole = whole(m.seq, b.tool_use_id, "output")
+    return block
+
+
+# ----------------------------------------------------------------- a thread page
+
+
+@dataclass(slots=True)
+class ThreadPage:
+    info: ThreadInfo
+    messages: list[MessageView]
+    first: int
+    last: int
+    usage: Usage
+    cost: float
+    job: ThreadInfo | None
+    parent: ThreadInfo | None
+    children: list[ThreadInfo]
+    forks: list[ThreadInfo]
+
+    @property
+    def live(self) -> bool:
+        """The page follows new messages: the thread may still grow and this is its tail."""
+        return str(self.info.status) in ("running", "queued") and self.last >= self.info.head_seq
+
+    @property
+    def prev_from(self) -> int | None:
+        return max(self.first - PAGE, 1) if self.first > 1 else None
+
+    @property
+    def next_from(self) -> int | None:
+        return self.last + 1 if self.last < self.info.head_seq else None
+
+
+async def thread_page(
+    store: Store, info: ThreadInfo, *, start: int = 1, end: int | None = None, export: bool = False
+) -> ThreadPage:
+    """The thread and its messages ``start``..``end`` (default: one ``PAGE``; the export: all),
+    with lineage and usage."""
+    from store import Usage
+
+    first = min(max(start, 1), max(info.head_seq, 1))
+    last = min(end or (info.head_seq if export else first + PAGE - 1), info.head_seq)
+    msgs = await store.messages(info.id, start=first, end=last) if info.head_seq else []
+    before = await store.message(info.id, first - 1) if first > 1 and msgs else None
+    totals = await store.usage_totals(thread_id=info.id)
+    views = message_views(
+        info,
+        msgs,
+        before=before,
+        whole=None if export else server_links(info.ref),
+        store=store,
+    )
+    return ThreadPage(
+        info=info,
+        messages=views,
+        first=first,
+        last=msgs[-1].seq if msgs else 0,
+        usage=totals[0].usage if totals else Usage(),
+        cost=totals[0].cost_usd if totals else 0.0,
+        job=None if info.job_id == info.id else await store.get_thread(info.job_id),
+        parent=await store.get_thread(info.parent_id) if info.parent_id else None,
+        children=await store.children(info.id),
+        forks=await store.forks(info.id),
+    )
+
+
+def usage_line(usage: Usage, cost: float) -> str:
+    if usage.total_tokens == 0:
+        return "none recorded"
+    total = usage.total_input
+    cached = f"{usage.cache_read_input_tokens / total:.0%}" if total else "—"
+    return (
+        f"in {count(usage.input_tokens)} · out {count(usage.output_tokens)}"
+        f" · cache read {count(usage.cache_read_input_tokens)}"
+        f" · cache write {count(usage.cache_creation_input_tokens)}"
+        f" · {cached} of input cached · ~${cost:.4f}"
+    )
+
+
+# ----------------------------------------------------------------- the job tree
+
+
+@dataclass(slots=True)
+class TreeNode:
+    info: ThreadInfo
+    tokens: int
+    fork: bool
+    children: list[TreeNode] = field(default_factory=list)
+
+
+async def job_tree(store: Store, focus: ThreadInfo) -> TreeNode:
+    """The job around ``focus``: spawn edges (children) and fork edges (a fork hangs under the
+    thread it was forked from), every node with its tokens."""
+    threads = await store.job_tree(focus.job_id)
+    totals = {
+        t.thread_id: t.usage.total_tokens for t in await store.usage_totals(job_id=focus.job_id)
+    }
+    by_id = {t.id: t for t in threads}
+    root = by_id.get(focus.job_id, threads[0] if threads else focus)
+    nodes = {t.id: TreeNode(t, totals.get(t.id, 0), fork=False) for t in threads}
+    nodes.setdefault(root.id, TreeNode(root, totals.get(root.id, 0), fork=False))
+    forks: dict[str, list[TreeNode]] = {}
+    for t in threads:
+        if t.id == root.id:
+            continue
+        if t.forked_from and t.forked_from.thread_id in by_id:
+            nodes[t.id].fork = True
+            forks.setdefault(t.forked_from.thread_id, []).append(nodes[t.id])
+        else:
+            up = t.parent_id if t.parent_id in by_id else root.id
+            nodes[up or root.id].children.append(nodes[t.id])
+    for tid, more in forks.items():
+        nodes[tid].children.extend(more)
+    return nodes[root.id]
