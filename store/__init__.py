@@ -10,11 +10,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._dispatches import Dispatch
     from ._engine import Database, database_url, finish_uncancelled
+    from ._leases import Lease
+    from ._ledger import UsageTotal
     from ._liveness import owner_is_dead
     from ._outputs import INLINE_LIMIT, MAX_OUTPUT_BYTES, OutputFile
     from ._redact import MASK, configured_secrets, redact, redact_data, refresh_secrets
-    from ._store import Dispatch, ResolvedRef, Store, UsageTotal
+    from ._store import Store
     from ._transcript import (
         content_json,
         dump_transcript,
@@ -63,7 +66,7 @@ if TYPE_CHECKING:
         UsageRecord,
         Verification,
     )
-    from .refs import ThreadRef, format_ref, new_id
+    from .refs import ResolvedRef, ThreadRef, format_ref, new_id
 
 _WHERE = {
     "AmbiguousRef": ".errors",
@@ -75,7 +78,7 @@ _WHERE = {
     "DatabaseError": ".errors",
     "DatabaseFull": ".errors",
     "DatabaseUnavailable": ".errors",
-    "Dispatch": "._store",
+    "Dispatch": "._dispatches",
     "Finding": ".models",
     "ForkOrigin": ".models",
     "ForkPointError": ".errors",
@@ -83,6 +86,7 @@ _WHERE = {
     "ImportFormatError": ".errors",
     "InvariantError": ".errors",
     "Kind": ".models",
+    "Lease": "._leases",
     "LeaseHeld": ".errors",
     "LeaseLost": ".errors",
     "MASK": "._redact",
@@ -92,7 +96,7 @@ _WHERE = {
     "OutputFile": "._outputs",
     "RefError": ".errors",
     "RefSyntaxError": ".errors",
-    "ResolvedRef": "._store",
+    "ResolvedRef": ".refs",
     "Result": ".models",
     "Role": ".models",
     "SearchHit": ".models",
@@ -111,7 +115,7 @@ _WHERE = {
     "ToolUseBlock": ".models",
     "Usage": ".models",
     "UsageRecord": ".models",
-    "UsageTotal": "._store",
+    "UsageTotal": "._ledger",
     "Verification": ".models",
     "configured_secrets": "._redact",
     "content_json": "._transcript",
@@ -150,6 +154,7 @@ __all__ = [
     "ImportFormatError",
     "InvariantError",
     "Kind",
+    "Lease",
     "LeaseHeld",
     "LeaseLost",
     "Message",

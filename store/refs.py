@@ -12,8 +12,12 @@ import re
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .errors import RefSyntaxError, ThreadNotFound
+
+if TYPE_CHECKING:
+    from .models import ThreadInfo
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 _RANDOM_BITS = 80
@@ -152,7 +156,7 @@ def is_full_id(ident: str) -> bool:
 def prefix_upper(prefix: str) -> str:
     """The exclusive upper bound of the ids starting with ``prefix`` (non-empty): the prefix
     with its last character incremented, so ``prefix <= id < upper`` is a byte-wise prefix
-    match that an index serves (``store._store.id_prefix_condition`` builds the same range)."""
+    match that an index serves (``store._threads.id_prefix_condition`` builds the same range)."""
     return prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
@@ -172,3 +176,17 @@ def anchor_range(ref: ThreadRef, thread_id: str, head_seq: int) -> tuple[int | N
         )
     end = head_seq if ref.open_end or ref.end is None else min(ref.end, head_seq)
     return ref.start, end
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedRef:
+    """A ref resolved to its thread (``Store.resolve``); ``start``/``end`` are clamped to the
+    thread's messages."""
+
+    thread: ThreadInfo
+    start: int | None
+    end: int | None
+
+    @property
+    def ref(self) -> str:
+        return format_ref(self.thread.id, self.start, self.end)

@@ -522,15 +522,15 @@ def test_a_stored_shape_the_light_models_do_not_know_is_left_to_the_full_path(
 
 
 def test_the_fast_reader_shares_the_stores_rules_rather_than_copying_them() -> None:
-    from store import _engine, _rawread, _readsql, _schema, _search, _store
+    from store import _engine, _history, _rawread, _readsql, _schema, _search
 
     assert _engine.SCHEMA_HEAD is _schema.SCHEMA_HEAD
     assert _rawread.BUSY_TIMEOUT_MS == _engine.BUSY_TIMEOUT_MS
     # one definition each, in the SQLAlchemy-free _readsql: a copy would drift
     assert _rawread.fts5_query is _search.fts5_query is _readsql.fts5_query
     assert _rawread.fts5_search_sql is _search.fts5_search_sql
-    assert _rawread.segments is _store.segments is _readsql.segments
-    assert _rawread.CHAIN_SQL is _store.CHAIN_SQL
+    assert _rawread.segments is _history.segments is _readsql.segments
+    assert _rawread.CHAIN_SQL is _history.CHAIN_SQL
     assert _readsql.fts5_query('foo.py:12 "a phrase" x"y') == '"foo.py:12" "a phrase" "xy"'
     assert _readsql.fts5_query("  ") == ""
     # a fork of b at 3, b a fork of a at 5: #2-7 of the fork is a#2-3, then c#4-7

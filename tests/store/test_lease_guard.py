@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from store import Kind, LeaseLost, NewMessage, Status, Store
+from store import Kind, LeaseLost, NewMessage, Status, Store, _threads
 
 
 async def test_an_append_by_a_runner_whose_lease_was_taken_over_stores_nothing(
@@ -16,8 +16,8 @@ async def test_an_append_by_a_runner_whose_lease_was_taken_over_stores_nothing(
         kind=Kind.WORKER, status=Status.QUEUED, messages=[NewMessage.user("go")]
     )
     tid = info.id
-    await store.acquire_lease(tid, "A", ttl_s=-1)  # A's lease has already expired
-    await store.acquire_lease(tid, "B", ttl_s=60)  # so B may take it over
+    await store.leases.acquire(tid, "A", ttl_s=-1)  # A's lease has already expired
+    await store.leases.acquire(tid, "B", ttl_s=60)  # so B may take it over
     with pytest.raises(LeaseLost):
         await store.append(tid, NewMessage.assistant("A still talking"), lease_owner="A")
     stored = await store.append(tid, NewMessage.assistant("B's turn"), lease_owner="B")
@@ -29,8 +29,8 @@ async def test_an_append_by_a_runner_whose_lease_was_taken_over_stores_nothing(
 async def test_an_expired_lease_fails_alone_in_a_group_commit(store: Store) -> None:
     a = await store.create_thread(kind=Kind.WORKER, messages=[NewMessage.user("a")])
     b = await store.create_thread(kind=Kind.WORKER, messages=[NewMessage.user("b")])
-    await store.acquire_lease(a.id, "A", ttl_s=-1)
-    await store.acquire_lease(b.id, "B", ttl_s=60)
+    await store.leases.acquire(a.id, "A", ttl_s=-1)
+    await store.leases.acquire(b.id, "B", ttl_s=60)
     lost, kept = await asyncio.gather(
         store.append(a.id, NewMessage.assistant("late"), lease_owner="A"),
         store.append(b.id, NewMessage.assistant("on time"), lease_owner="B"),
@@ -48,17 +48,17 @@ async def test_a_status_write_by_a_runner_that_lost_its_lease_writes_nothing(
     info = await store.create_thread(
         kind=Kind.WORKER, status=Status.QUEUED, messages=[NewMessage.user("go")]
     )
-    await store.acquire_lease(info.id, "A", ttl_s=60)
+    await store.leases.acquire(info.id, "A", ttl_s=60)
     await store.set_status(info.id, Status.RUNNING, lease_owner="A")
-    await store.acquire_lease(info.id, "B", ttl_s=60, replace="A")  # B took the thread over
+    await store.leases.acquire(info.id, "B", ttl_s=60, replace="A")  # B took the thread over
     with pytest.raises(LeaseLost):
         await store.set_status(info.id, Status.DONE, lease_owner="A")
-    raw = await store.db.read(lambda c: store._thread(c, info.id), where="test")
+    raw = await store.db.read(lambda c: _threads.get(c, info.id), where="test")
     assert raw.status == Status.RUNNING and raw.lease_owner == "B"
     # an expired lease is lost too, even while nobody has taken it yet
-    await store.acquire_lease(info.id, "B", ttl_s=-1)
+    await store.leases.acquire(info.id, "B", ttl_s=-1)
     with pytest.raises(LeaseLost):
         await store.set_status(info.id, Status.FAILED, error="late", lease_owner="B")
-    await store.acquire_lease(info.id, "C", ttl_s=60)
+    await store.leases.acquire(info.id, "C", ttl_s=60)
     done = await store.set_status(info.id, Status.DONE, lease_owner="C")
     assert done.status == Status.DONE

@@ -205,13 +205,15 @@ async def test_usage_rows_sum_per_thread_and_per_job(store: Store) -> None:
     await store.append(
         lead.id, calls("d1"), usage=UsageRecord(model="m", usage=_u(100, 10, 50, 5), cost_usd=0.5)
     )
-    worker, _ = await store.spawn(lead_id=lead.id, tool_use_id="d1", task_index=0, task_key="a")
+    worker, _ = await store.dispatches.spawn(
+        lead_id=lead.id, tool_use_id="d1", task_index=0, task_key="a"
+    )
     await store.append(worker.id, user("task"))
     await store.append(
         worker.id, assistant("done"), usage=UsageRecord(model="w", usage=_u(7, 3), cost_usd=0.25)
     )
     reader = await store.create_thread(kind="reader", parent_id=worker.id)
-    await store.record_usage(reader.id, UsageRecord(model="r", usage=_u(1, 1, 1, 1)))
+    await store.usage.record(reader.id, UsageRecord(model="r", usage=_u(1, 1, 1, 1)))
     await store.append(lead.id, results("d1"))
     await store.append(
         lead.id, assistant("report"), usage=UsageRecord(model="m", usage=_u(20, 2, 100))
@@ -219,17 +221,17 @@ async def test_usage_rows_sum_per_thread_and_per_job(store: Store) -> None:
     stranger = await store.create_thread(kind="lead", messages=[user("x")])
     await store.append(stranger.id, assistant("y"), usage=UsageRecord(model="m", usage=_u(9, 9)))
 
-    assert await store.thread_usage(lead.id) == _u(120, 12, 150, 5)
-    assert await store.thread_usage(worker.id) == _u(7, 3)
-    assert await store.thread_usage(reader.id) == _u(1, 1, 1, 1)
-    assert await store.job_usage(lead.id) == _u(128, 16, 151, 6)
-    totals = {t.thread_id: t for t in await store.usage_totals(job_id=lead.id)}
+    assert await store.usage.of_thread(lead.id) == _u(120, 12, 150, 5)
+    assert await store.usage.of_thread(worker.id) == _u(7, 3)
+    assert await store.usage.of_thread(reader.id) == _u(1, 1, 1, 1)
+    assert await store.usage.of_job(lead.id) == _u(128, 16, 151, 6)
+    totals = {t.thread_id: t for t in await store.usage.totals(job_id=lead.id)}
     assert set(totals) == {lead.id, worker.id, reader.id}
     assert totals[lead.id].responses == 2
     assert totals[lead.id].cost_usd == pytest.approx(0.5)
     assert totals[worker.id].cost_usd == pytest.approx(0.25)
-    assert len(await store.usage_totals()) == 4
-    assert await store.thread_usage((await store.create_thread(kind="worker")).id) == Usage()
+    assert len(await store.usage.totals()) == 4
+    assert await store.usage.of_thread((await store.create_thread(kind="worker")).id) == Usage()
 
 
 async def test_usage_is_recorded_against_the_assistant_message_it_produced(store: Store) -> None:
@@ -252,51 +254,51 @@ async def test_usage_is_recorded_against_the_assistant_message_it_produced(store
 
 async def test_a_lease_is_held_by_one_owner_until_released(store: Store) -> None:
     t = await store.create_thread(kind="worker")
-    await store.acquire_lease(t.id, "host-a:1")
-    await store.acquire_lease(t.id, "host-a:1")  # the holder may take it again
+    await store.leases.acquire(t.id, "host-a:1")
+    await store.leases.acquire(t.id, "host-a:1")  # the holder may take it again
     with pytest.raises(LeaseHeld) as err:
-        await store.acquire_lease(t.id, "host-b:2")
+        await store.leases.acquire(t.id, "host-b:2")
     assert err.value.owner == "host-a:1"
     assert "host-a:1" in str(err.value) and f"T-{t.id}" in str(err.value)
     assert (await store.get_thread(t.id)).lease_owner == "host-a:1"
 
-    await store.release_lease(t.id, "host-b:2")  # not the holder: nothing happens
+    await store.leases.release(t.id, "host-b:2")  # not the holder: nothing happens
     with pytest.raises(LeaseHeld):
-        await store.acquire_lease(t.id, "host-b:2")
-    await store.release_lease(t.id, "host-a:1")
+        await store.leases.acquire(t.id, "host-b:2")
+    await store.leases.release(t.id, "host-a:1")
     assert (await store.get_thread(t.id)).lease_owner is None
-    await store.acquire_lease(t.id, "host-b:2")
+    await store.leases.acquire(t.id, "host-b:2")
     assert (await store.get_thread(t.id)).lease_owner == "host-b:2"
 
 
 async def test_renewing_a_lease_extends_it_only_for_its_holder(store: Store) -> None:
     t = await store.create_thread(kind="worker")
-    await store.acquire_lease(t.id, "a", ttl_s=10)
+    await store.leases.acquire(t.id, "a", ttl_s=10)
     first = (await store.get_thread(t.id)).lease_expires_at
-    assert await store.renew_lease(t.id, "a", ttl_s=600)
+    assert await store.leases.renew(t.id, "a", ttl_s=600)
     renewed = (await store.get_thread(t.id)).lease_expires_at
     assert first is not None and renewed is not None and renewed > first
-    assert not await store.renew_lease(t.id, "b")
-    await store.release_lease(t.id, "a")
-    assert not await store.renew_lease(t.id, "a")
+    assert not await store.leases.renew(t.id, "b")
+    await store.leases.release(t.id, "a")
+    assert not await store.leases.renew(t.id, "a")
 
 
 async def test_an_expired_lease_is_stale_and_can_be_taken_over(store: Store) -> None:
     t = await store.create_thread(kind="worker")
     live = await store.create_thread(kind="worker")
-    await store.acquire_lease(t.id, "dead-runner", ttl_s=-60)  # expired a minute ago
-    await store.acquire_lease(live.id, "live-runner", ttl_s=600)
-    assert [x.id for x in await store.stale_leases()] == [t.id]
-    await store.acquire_lease(t.id, "new-runner")
+    await store.leases.acquire(t.id, "dead-runner", ttl_s=-60)  # expired a minute ago
+    await store.leases.acquire(live.id, "live-runner", ttl_s=600)
+    assert [x.id for x in await store.leases.stale()] == [t.id]
+    await store.leases.acquire(t.id, "new-runner")
     assert (await store.get_thread(t.id)).lease_owner == "new-runner"
-    assert await store.stale_leases() == []
+    assert await store.leases.stale() == []
     with pytest.raises(LeaseHeld):
-        await store.acquire_lease(live.id, "new-runner")
+        await store.leases.acquire(live.id, "new-runner")
 
 
 async def test_a_lease_on_a_missing_thread_is_thread_not_found(store: Store) -> None:
     with pytest.raises(ThreadNotFound):
-        await store.acquire_lease("0" * 26, "a")
+        await store.leases.acquire("0" * 26, "a")
 
 
 # ----------------------------------------------------------------- dispatches
@@ -304,7 +306,7 @@ async def test_a_lease_on_a_missing_thread_is_thread_not_found(store: Store) -> 
 
 async def test_spawning_the_same_dispatch_twice_returns_the_same_worker(store: Store) -> None:
     lead = await store.create_thread(kind="lead", messages=[user("plan")])
-    w, created = await store.spawn(
+    w, created = await store.dispatches.spawn(
         lead_id=lead.id,
         tool_use_id="toolu_1",
         task_index=0,
@@ -313,12 +315,12 @@ async def test_spawning_the_same_dispatch_twice_returns_the_same_worker(store: S
         task={"id": "tok"},
         messages=[user("fix the tokenizer")],
     )
-    again, created_again = await store.spawn(
+    again, created_again = await store.dispatches.spawn(
         lead_id=lead.id, tool_use_id="toolu_1", task_index=0, task_key="tok", title="other"
     )
     assert created and not created_again
     assert again.id == w.id and again.title == "tokenizer"
-    other, created_other = await store.spawn(
+    other, created_other = await store.dispatches.spawn(
         lead_id=lead.id, tool_use_id="toolu_1", task_index=1, task_key="parse"
     )
     assert created_other and other.id != w.id
@@ -329,21 +331,26 @@ async def test_spawning_the_same_dispatch_twice_returns_the_same_worker(store: S
         lead.id,
         1,
     )
-    assert [(d.task_index, d.worker_id) for d in await store.dispatches_of(lead.id)] == [
+    assert [(d.task_index, d.worker_id) for d in await store.dispatches.of_lead(lead.id)] == [
         (0, w.id),
         (1, other.id),
     ]
-    assert await store.dispatches_of(lead.id, "toolu_2") == []
+    assert await store.dispatches.of_lead(lead.id, "toolu_2") == []
     assert [t.id for t in await store.children(lead.id)] == [w.id, other.id]
-    await store.set_dispatch_status(w.id, "done")
-    assert [d.status for d in await store.dispatches_of(lead.id, "toolu_1")] == ["done", "queued"]
+    await store.dispatches.set_status(w.id, "done")
+    assert [d.status for d in await store.dispatches.of_lead(lead.id, "toolu_1")] == [
+        "done",
+        "queued",
+    ]
 
 
 async def test_concurrent_spawns_of_one_dispatch_create_one_worker(store: Store) -> None:
     lead = await store.create_thread(kind="lead", messages=[user("plan")])
     outs = await asyncio.gather(
         *(
-            store.spawn(lead_id=lead.id, tool_use_id="toolu_9", task_index=0, task_key=None)
+            store.dispatches.spawn(
+                lead_id=lead.id, tool_use_id="toolu_9", task_index=0, task_key=None
+            )
             for _ in range(5)
         )
     )
@@ -354,4 +361,4 @@ async def test_concurrent_spawns_of_one_dispatch_create_one_worker(store: Store)
 
 async def test_spawning_from_a_missing_lead_is_thread_not_found(store: Store) -> None:
     with pytest.raises(ThreadNotFound):
-        await store.spawn(lead_id="0" * 26, tool_use_id="t", task_index=0, task_key=None)
+        await store.dispatches.spawn(lead_id="0" * 26, tool_use_id="t", task_index=0, task_key=None)

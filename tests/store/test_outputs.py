@@ -183,7 +183,7 @@ async def test_nothing_of_an_append_refused_by_the_invariant_or_the_lease_is_sto
     big = _big_text(INLINE_LIMIT + 10)
     with pytest.raises(InvariantError):  # answers a tool_use that does not exist
         await store.append(tid, _result(big, tid="nope"))
-    await store.acquire_lease(tid, "runner-a")
+    await store.leases.acquire(tid, "runner-a")
     with pytest.raises(LeaseLost):
         await store.append(tid, _result(big), lease_owner="runner-b")
     assert await count_rows(store, "outputs") == 0

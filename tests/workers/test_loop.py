@@ -100,7 +100,7 @@ async def test_worker_runs_tools_then_submits_and_every_step_is_stored(
     assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant", "user"]
     result_block = msgs[2].content[0]
     assert isinstance(result_block, ToolResultBlock) and "hello" in result_block.text
-    assert (await store.thread_usage(tid)).input_tokens == 10
+    assert (await store.usage.of_thread(tid)).input_tokens == 10
 
 
 async def test_plain_text_ending_becomes_a_partial_result(store: Store, workspace: Path) -> None:
@@ -320,7 +320,7 @@ async def test_a_thread_run_by_another_live_runner_is_refused(
     store: Store, workspace: Path
 ) -> None:
     tid = await new_worker(store)
-    await store.acquire_lease(tid, f"otherhost:{os.getpid()}:x", ttl_s=60)
+    await store.leases.acquire(tid, f"otherhost:{os.getpid()}:x", ttl_s=60)
     with pytest.raises(LeaseHeld):
         await run(store, tid, scripted(submit()), workspace)
 
@@ -334,7 +334,7 @@ async def test_a_lease_left_by_a_dead_runner_of_this_host_is_taken_over(
     proc = subprocess.Popen(["true"])
     proc.wait()
     tid = await new_worker(store)
-    await store.acquire_lease(tid, f"{socket.gethostname()}:{proc.pid}:dead", ttl_s=600)
+    await store.leases.acquire(tid, f"{socket.gethostname()}:{proc.pid}:dead", ttl_s=600)
     outcome = await run(store, tid, scripted(submit()), workspace)
     assert outcome.status == Status.DONE
 
@@ -528,7 +528,7 @@ async def test_a_run_cancelled_while_its_lease_is_being_written_releases_it(
     tid = await new_worker(store)
     task = asyncio.create_task(run(store, tid, scripted(submit()), workspace))
     # the run's first write is its lease: cancel exactly while that write is in flight
-    while not store._lock.locked():
+    while not store._writer.lock.locked():
         await asyncio.sleep(0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -584,7 +584,7 @@ async def _two_runners(store: Store, workspace: Path, *, ttl: float, release: bo
     while not started.exists():
         await asyncio.sleep(0.01)
     before = await store.messages(tid)
-    await store.acquire_lease(tid, "B", ttl_s=60, replace="A")
+    await store.leases.acquire(tid, "B", ttl_s=60, replace="A")
     if release:
         go.touch()  # A's tool ends now and A tries to store its result
     with pytest.raises(LeaseLost):

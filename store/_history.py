@@ -1,0 +1,179 @@
+"""Whose messages a thread shows: fork chains, their segments, and the fork-point rule.
+
+A fork stores only its origin (thread, seq); its history is the origin's history up to that
+seq, then its own messages. The plan to read a range — the chain, then one indexed select per
+segment (``_readsql.segments``) — is one, whether it runs through SQLAlchemy (``read_range``)
+or a plain ``sqlite3`` connection (``raw_read_range``, and the fast path ``_rawread``, which
+shares ``_readsql`` without importing this module's SQLAlchemy).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from . import _threads
+from ._messages import MESSAGE_COLUMNS, messages_from_rows
+from ._readsql import CHAIN_SQL, MESSAGES_SQL, segments
+from ._tables import messages, threads
+from .errors import ForkPointError, ThreadNotFound
+from .models import Message, NewMessage, Status, ThreadInfo, ToolUseBlock
+from .refs import format_ref
+
+Chain = list[tuple[str, int]]
+"""[(owner, owns seqs after this)…], the thread itself first, up its fork ancestry."""
+
+
+class History:
+    """Reads of visible histories; caches each thread's ancestry (it never changes)."""
+
+    def __init__(self) -> None:
+        self._ancestry: dict[str, Chain] = {}
+
+    async def chain(self, conn: AsyncConnection, thread_id: str) -> tuple[int, Chain]:
+        """(head_seq, chain) of a thread; the head is read every time."""
+        row = (
+            await conn.execute(
+                sa.select(
+                    threads.c.head_seq, threads.c.forked_from_id, threads.c.forked_at_seq
+                ).where(threads.c.id == thread_id)
+            )
+        ).first()
+        if row is None:
+            raise ThreadNotFound(f"no thread {format_ref(thread_id)}")
+        chain = self._ancestry.get(thread_id)
+        if chain is None:
+            chain = [(thread_id, int(row.forked_at_seq or 0))]
+            parent = row.forked_from_id
+            while parent is not None:
+                prow = (
+                    await conn.execute(
+                        sa.select(threads.c.forked_from_id, threads.c.forked_at_seq).where(
+                            threads.c.id == parent
+                        )
+                    )
+                ).one()
+                chain.append((parent, int(prow.forked_at_seq or 0)))
+                parent = prow.forked_from_id
+            self._ancestry[thread_id] = chain
+        return int(row.head_seq), chain
+
+    async def read_range(
+        self, conn: AsyncConnection, thread_id: str, start: int, end: int | None
+    ) -> list[Message]:
+        head, chain = await self.chain(conn, thread_id)
+        out: list[Message] = []
+        for owner, lo, hi in segments(head, chain, start, end):
+            rows = await conn.execute(
+                sa.select(*MESSAGE_COLUMNS)
+                .where(messages.c.thread_id == owner, messages.c.seq.between(lo, hi))
+                .order_by(messages.c.seq)
+            )
+            out.extend(messages_from_rows(rows))
+        return out
+
+    async def ancestry(self, conn: AsyncConnection, thread_id: str) -> list[tuple[str, int]]:
+        """``Store.ancestry``: [(thread, head), (parent, fork point), …]."""
+        head, chain = await self.chain(conn, thread_id)
+        out = [(chain[0][0], head)]
+        for (_, after), (owner, _) in itertools.pairwise(chain):
+            out.append((owner, after))
+        return out
+
+    async def fork(
+        self,
+        conn: AsyncConnection,
+        source_id: str,
+        *,
+        at: int | None,
+        fork_id: str,
+        now: datetime,
+        title: str | None,
+        parent_id: str | None,
+        status: Status,
+        messages: Sequence[NewMessage],
+    ) -> ThreadInfo:
+        """``Store.fork`` inside its transaction: the fork point checked, one thread row."""
+        src = await _threads.get(conn, source_id)
+        point = await self._fork_point(conn, src, at)
+        await _threads.insert(
+            conn,
+            now,
+            messages,
+            after_seq=point,
+            id=fork_id,
+            kind=str(src.kind),
+            title=title if title is not None else (f"fork of {src.title}" if src.title else "fork"),
+            status=str(status),
+            parent_id=parent_id,
+            forked_from_id=src.id,
+            forked_at_seq=point,
+            job_id=src.job_id,
+            task=src.task,
+            system_prompt=src.system_prompt,
+            tools=list(src.tools),
+            model=src.model,
+        )
+        return await _threads.get(conn, fork_id)
+
+    async def _fork_point(self, conn: AsyncConnection, src: ThreadInfo, at: int | None) -> int:
+        """The fork-point rule: a point inside the thread, never between a tool_use and its
+        result (the error names the nearest valid points). The default end of a thread that is
+        mid-turn is its last turn boundary, before the unanswered calls."""
+        point = src.head_seq if at is None else at
+        if point < 1 or point > src.head_seq:
+            raise ForkPointError(
+                f"cannot fork {src.ref} at #{point}: it has messages 1..{src.head_seq}"
+            )
+        if point == src.head_seq and not src.head_seq:
+            raise ForkPointError(f"cannot fork {src.ref}: it has no messages")
+        msgs = await self.read_range(conn, src.id, point, min(point + 1, src.head_seq))
+        if at is None and len(msgs) == 1 and point > 1 and _has_tool_use(msgs[0]):
+            # the default end of a thread that is mid-turn (running, or interrupted with
+            # its calls unanswered): fork at the last turn boundary, before those calls
+            point -= 1
+            msgs = await self.read_range(conn, src.id, point, point + 1)
+        at_msg = msgs[0]
+        if _has_tool_use(at_msg) and len(msgs) == 1:
+            hint = f"; the nearest valid point is #{point - 1}" if point > 1 else ""
+            raise ForkPointError(
+                f"cannot fork {src.ref} at #{point}: message {point} has tool calls that are"
+                f" not answered yet (the thread is mid-turn){hint}"
+            )
+        if _has_tool_use(at_msg):
+            valid = [str(point - 1)] if point > 1 else []
+            if len(msgs) > 1:
+                valid.append(str(point + 1))
+            hint = f"; the nearest valid points are #{' and #'.join(valid)}" if valid else ""
+            raise ForkPointError(
+                f"cannot fork {src.ref} at #{point}: message {point} has tool calls whose"
+                f" results are in #{point + 1}{hint}"
+            )
+        return point
+
+
+def raw_read_range(
+    conn: sqlite3.Connection, thread_id: str, start: int, end: int | None
+) -> list[Message]:
+    """``Store.messages`` on SQLite, in one call on a plain sqlite3 connection (the read path's
+    hot spot is SQLAlchemy's async machinery, not SQLite): the ancestry in one recursive query,
+    then one indexed select per segment."""
+    chain_rows = conn.execute(CHAIN_SQL, (thread_id,)).fetchall()
+    if not chain_rows:
+        raise ThreadNotFound(f"no thread {format_ref(thread_id)}")
+    head = int(chain_rows[0][2])
+    chain = [(str(r[0]), int(r[1])) for r in chain_rows]
+    rows: list[Any] = []
+    for owner, lo, hi in segments(head, chain, start, end):
+        rows.extend(conn.execute(MESSAGES_SQL, (owner, lo, hi)))
+    return messages_from_rows(rows)
+
+
+def _has_tool_use(message: Message) -> bool:
+    return any(isinstance(b, ToolUseBlock) for b in message.content)

@@ -1,0 +1,255 @@
+"""Statements on the ``threads`` table: rows to ``ThreadInfo``, inserting a thread with its first
+messages, resolving an id prefix, listing, and the status state machine.
+
+Each function runs inside a transaction its caller opened (``Store``'s writer or a read): they
+take the connection and plain values, and hold no state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from . import _messages
+from ._engine import as_utc
+from ._invariants import check_append
+from ._redact import redact
+from ._tables import threads
+from .errors import AmbiguousRef, LeaseLost, StatusError, ThreadNotFound
+from .models import ForkOrigin, Kind, NewMessage, Result, Status, ThreadInfo
+from .refs import format_ref, prefix_upper
+
+THREAD_COLUMNS = list(threads.c)
+
+ALLOWED: dict[Status, frozenset[Status]] = {
+    Status.IDLE: frozenset({Status.QUEUED, Status.RUNNING, Status.CANCELLED}),
+    Status.QUEUED: frozenset({Status.RUNNING, Status.CANCELLED, Status.INTERRUPTED, Status.FAILED}),
+    Status.RUNNING: frozenset({Status.DONE, Status.FAILED, Status.INTERRUPTED, Status.CANCELLED}),
+}
+"""The thread state machine: the statuses each status may move to."""
+for _terminal in (Status.DONE, Status.FAILED, Status.INTERRUPTED, Status.CANCELLED):
+    # a finished thread can be resumed
+    ALLOWED[_terminal] = frozenset({Status.QUEUED, Status.RUNNING})
+
+
+def thread_from_row(row: sa.Row[Any]) -> ThreadInfo:
+    m = row._mapping
+    forked = (
+        ForkOrigin(thread_id=m["forked_from_id"], at=m["forked_at_seq"])
+        if m["forked_from_id"]
+        else None
+    )
+    return ThreadInfo.model_construct(
+        id=m["id"],
+        kind=Kind(m["kind"]),
+        title=m["title"] or "",
+        status=Status(m["status"]),
+        parent_id=m["parent_id"],
+        forked_from=forked,
+        job_id=m["job_id"],
+        task=m["task"],
+        system_prompt=m["system_prompt"],
+        tools=list(m["tools"] or []),
+        model=m["model"],
+        result=Result.model_validate(m["result"]) if m["result"] else None,
+        error=m["error"],
+        version=m["version"],
+        head_seq=m["head_seq"],
+        lease_owner=m["lease_owner"],
+        lease_expires_at=as_utc(m["lease_expires_at"]),
+        created_at=as_utc(m["created_at"]),
+        updated_at=as_utc(m["updated_at"]),
+    )
+
+
+async def get(conn: AsyncConnection, thread_id: str) -> ThreadInfo:
+    """The stored row as it is (``Store.get_thread`` presents it as readers see it)."""
+    row = (await conn.execute(sa.select(*THREAD_COLUMNS).where(threads.c.id == thread_id))).first()
+    if row is None:
+        raise ThreadNotFound(f"no thread {format_ref(thread_id)}")
+    return thread_from_row(row)
+
+
+async def job_of(conn: AsyncConnection, thread_id: str) -> str:
+    row = (await conn.execute(sa.select(threads.c.job_id).where(threads.c.id == thread_id))).first()
+    if row is None:
+        raise ThreadNotFound(f"no thread {format_ref(thread_id)}")
+    return str(row[0])
+
+
+async def insert(
+    conn: AsyncConnection,
+    now: datetime,
+    messages: Sequence[NewMessage],
+    *,
+    after_seq: int = 0,
+    **values: Any,
+) -> None:
+    """One thread row (its history starting after ``after_seq``: a fork's point) and its
+    first ``messages``, validated against the pairing invariant before anything is written."""
+    pending = check_append((), after_seq, messages)
+    await conn.execute(
+        threads.insert().values(
+            **values,
+            version=1,
+            head_seq=after_seq + len(messages),
+            pending_tool_ids=list(pending),
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    await _messages.insert(conn, values["id"], after_seq + 1, messages, now)
+
+
+async def create(
+    conn: AsyncConnection,
+    now: datetime,
+    messages: Sequence[NewMessage],
+    *,
+    job_id: str | None,
+    parent_id: str | None,
+    **values: Any,
+) -> ThreadInfo:
+    """A new thread of ``job_id``, else of its parent's job, else a job of its own."""
+    job = job_id
+    if job is None and parent_id is not None:
+        job = await job_of(conn, parent_id)
+    await insert(conn, now, messages, parent_id=parent_id, job_id=job or values["id"], **values)
+    return await get(conn, values["id"])
+
+
+def id_prefix_condition(
+    column: sa.ColumnElement[str], prefix: str, dialect: str
+) -> sa.ColumnElement[bool]:
+    """``column`` starts with ``prefix``, whatever the database's collation.
+
+    A half-open range ``[prefix, prefix_upper(prefix))`` compared byte by byte: SQLite compares
+    our columns with BINARY (so its primary-key index still serves the range); on PostgreSQL the
+    comparison is made ``COLLATE "C"``, since under a linguistic collation (ICU en-US,
+    en_US.UTF-8) neither ``'~'`` nor any other character is guaranteed to sort after every id
+    character (``id < p || '~'`` matched nothing there)."""
+    if not prefix:
+        return sa.true()
+    col = column.collate("C") if dialect == "postgresql" else column
+    return sa.and_(col >= prefix, col < prefix_upper(prefix))
+
+
+async def by_prefix(conn: AsyncConnection, prefix: str, dialect: str) -> ThreadInfo:
+    """The one thread whose id starts with ``prefix``; ``AmbiguousRef`` lists up to ten."""
+    rows = (
+        await conn.execute(
+            sa.select(*THREAD_COLUMNS)
+            .where(id_prefix_condition(threads.c.id, prefix, dialect))
+            .order_by(threads.c.id)
+            .limit(11)
+        )
+    ).all()
+    if not rows:
+        raise ThreadNotFound(f"no thread matches {format_ref(prefix)}")
+    if len(rows) > 1:
+        cands = [format_ref(r.id) for r in rows[:10]]
+        more = " …" if len(rows) > 10 else ""
+        raise AmbiguousRef(f"{format_ref(prefix)} is ambiguous: {', '.join(cands)}{more}", cands)
+    return thread_from_row(rows[0])
+
+
+def list_query(
+    *,
+    job_id: str | None,
+    statuses: Sequence[Status] | None,
+    kind: Kind | str | None,
+    parent_id: str | None,
+    forked_from_id: str | None,
+    limit: int | None,
+    oldest_first: bool,
+) -> sa.Select[Any]:
+    """The threads matching every given filter, by id (creation order)."""
+    q = sa.select(*THREAD_COLUMNS)
+    if job_id is not None:
+        q = q.where(threads.c.job_id == job_id)
+    if statuses is not None and len(statuses) == 1:
+        q = q.where(threads.c.status == str(statuses[0]))
+    elif statuses is not None:
+        q = q.where(threads.c.status.in_([str(s) for s in statuses]))
+    if kind is not None:
+        q = q.where(threads.c.kind == str(Kind(kind)))
+    if parent_id is not None:
+        q = q.where(threads.c.parent_id == parent_id)
+    if forked_from_id is not None:
+        q = q.where(threads.c.forked_from_id == forked_from_id)
+    q = q.order_by(threads.c.id if oldest_first else threads.c.id.desc())
+    return q if limit is None else q.limit(limit)
+
+
+async def rows(conn: AsyncConnection, query: sa.Select[Any]) -> list[ThreadInfo]:
+    return [thread_from_row(r) for r in await conn.execute(query)]
+
+
+async def set_status(
+    conn: AsyncConnection,
+    thread_id: str,
+    status: Status,
+    *,
+    now: datetime,
+    error: str | None,
+    result: Result | None,
+    expected: set[Status] | None,
+    lease_owner: str | None,
+) -> ThreadInfo:
+    """``Store.set_status`` inside its transaction."""
+    info = await get(conn, thread_id)
+    if expected is not None and info.status not in expected:
+        raise StatusError(f"{info.ref} is {info.status}, expected {' or '.join(sorted(expected))}")
+    if info.status == status and status.terminal:
+        return info
+    if info.status != status and status not in ALLOWED[info.status]:
+        raise StatusError(f"{info.ref}: cannot go from {info.status} to {status}")
+    values: dict[str, Any] = {
+        "status": str(status),
+        "updated_at": now,
+        "version": threads.c.version + 1,
+    }
+    if error is not None or status in (Status.RUNNING, Status.QUEUED):
+        # every error text is stored here: a provider's 401 may echo the key
+        values["error"] = None if error is None else redact(error)
+    if result is not None:
+        values["result"] = result.model_dump(mode="json", exclude_none=True)
+    where = [threads.c.id == thread_id]
+    if lease_owner is not None:
+        where += [threads.c.lease_owner == lease_owner, threads.c.lease_expires_at > now]
+    done = await conn.execute(threads.update().where(*where).values(**values))
+    if lease_owner is not None and done.rowcount == 0:
+        raise LeaseLost(
+            f"{info.ref}: {lease_owner} no longer holds the lease; status not written",
+            info.lease_owner,
+        )
+    return await get(conn, thread_id)
+
+
+async def set_result(
+    conn: AsyncConnection, thread_id: str, payload: dict[str, Any], now: datetime
+) -> None:
+    res = await conn.execute(
+        threads.update()
+        .where(threads.c.id == thread_id)
+        .values(result=payload, updated_at=now, version=threads.c.version + 1)
+    )
+    if res.rowcount == 0:
+        raise ThreadNotFound(f"no thread {format_ref(thread_id)}")
+
+
+async def update(
+    conn: AsyncConnection, thread_id: str, values: dict[str, Any], now: datetime
+) -> ThreadInfo:
+    """Metadata edits (never messages); none at all just reads the thread."""
+    if values:
+        await conn.execute(
+            threads.update()
+            .where(threads.c.id == thread_id)
+            .values(**values, updated_at=now, version=threads.c.version + 1)
+        )
+    return await get(conn, thread_id)
