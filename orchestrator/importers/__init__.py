@@ -80,6 +80,7 @@ def parse(path: Path, fmt: str = "auto") -> tuple[list[Session], ImportReport]:
             report.files += 1
         else:
             report.unrecognized.append(str(path))
+    claude_code.link(sessions)
     report.skipped = sum(s.skipped for s in sessions)
     return sessions, report
 

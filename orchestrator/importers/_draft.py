@@ -74,6 +74,8 @@ class Session:
     created_ms: int | None = None
     model: str | None = None
     skipped: int = 0
+    chain: Any = None
+    """The parser's own state, kept for linking sessions across files (``claude_code.link``)."""
 
 
 @dataclass

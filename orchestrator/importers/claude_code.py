@@ -138,12 +138,13 @@ def _session(
     unmodeled: Counter[str] = Counter()
     titles: dict[str, str] = {}
     summaries: list[tuple[str, str]] = []
-    sid: str | None = None
+    lines_sid: str | None = None
     model: str | None = None
     created: int | None = None
     for i, e in enumerate(data.objects):
         kind_of = e.get("type")
-        sid = sid or (e["sessionId"] if isinstance(e.get("sessionId"), str) else None)
+        if lines_sid is None and isinstance(e.get("sessionId"), str):
+            lines_sid = e["sessionId"]
         if created is None:
             created = iso_ms(e.get("timestamp"))
         if kind_of == "custom-title" and isinstance(e.get("customTitle"), str):
@@ -160,7 +161,7 @@ def _session(
             unmodeled["duplicate uuid"] += 1
             continue
         parent = e.get("parentUuid")
-        if parent is None and e.get("subtype") == "compact_boundary":
+        if parent is None and e.get("subtype") == "compact_boundary":  # goes on from there
             parent = e.get("logicalParentUuid")
         nodes[uid] = _Node(i, e, parent if isinstance(parent, str) else None)
         if "toolUseResult" in e:
@@ -172,29 +173,82 @@ def _session(
     for leaf, text in summaries:
         if leaf in nodes:
             titles.setdefault("summary", text)
-    leaves = _leaves(nodes)
-    conv = _Converter(session_dir, unmodeled)
-    branches: list[Branch] = []
-    for n, leaf in enumerate(leaves):
-        branch = conv.branch(_path(nodes, leaf), label="" if n == 0 else "rewound branch")
-        if branch.messages:
-            branches.append(branch)
-    sid = session_id or sid or path.stem
+    chain = _Chain(nodes, _Converter(session_dir, unmodeled))
+    branches = chain.branches()
+    # Claude Code names a session's file by its id; lines read from elsewhere carry it
+    sid = session_id or (path.stem if path.suffix == ".jsonl" else lines_sid) or path.stem
     first = first_text(branches[0].messages) if branches else ""
     title = titles.get("custom") or titles.get("summary") or first or f"claude-code {sid}"
     source: dict[str, Any] = {"format": FORMAT, "session_id": sid, "path": str(path)}
     if unmodeled:
         source["unmodeled"] = dict(sorted(unmodeled.items()))
+    copied = lines_sid if session_id is None and lines_sid and lines_sid != sid else None
     return Session(
         key=key or f"{FORMAT}:{sid}",
         kind=kind,
         title=title,
         source=source,
         branches=branches,
+        # a resumed session's file starts with lines copied from the one it continues
+        fork_parent_key=f"{FORMAT}:{copied}" if copied else None,
         created_ms=created,
         model=model,
         skipped=data.skipped,
+        chain=chain,
     )
+
+
+def link(sessions: list[Session]) -> None:
+    """Follow conversations across files: a session whose chain goes on from a message of
+    another file (a compaction continuing in a new file: its boundary's ``logicalParentUuid``
+    is there) gets that file's history up to that message in front of each of its branches, and
+    becomes a fork of that session's thread at it (the writer finds the shared history)."""
+    owner: dict[str, Session] = {}
+    for s in sessions:
+        if isinstance(s.chain, _Chain) and s.kind == Kind.LEAD:
+            for uid in s.chain.nodes:
+                owner.setdefault(uid, s)
+    for s in sessions:
+        chain = s.chain
+        if not isinstance(chain, _Chain) or chain.dangling is None:
+            continue
+        other = owner.get(chain.dangling)
+        if other is None or other is s or not isinstance(other.chain, _Chain):
+            continue
+        s.fork_parent_key = other.key
+        chain.conv.more_dirs.append(other.chain.conv.session_dir)
+        s.branches = chain.branches(other.chain.path(chain.dangling))
+
+
+class _Chain:
+    """A file's messages as a forest of ``parentUuid`` links; ``dangling`` is the first
+    message outside the file that one of its chains continues from."""
+
+    def __init__(self, nodes: dict[str, _Node], conv: _Converter) -> None:
+        self.nodes = nodes
+        self.conv = conv
+        self.dangling = next(
+            (n.parent for n in nodes.values() if n.parent is not None and n.parent not in nodes),
+            None,
+        )
+
+    def path(self, leaf: str) -> list[dict[str, Any]]:
+        return _path(self.nodes, leaf)
+
+    def branches(self, prefix: list[dict[str, Any]] | None = None) -> list[Branch]:
+        out: list[Branch] = []
+        for n, leaf in enumerate(_leaves(self.nodes)):
+            entries = self.path(leaf)
+            if prefix and entries and self._parent(entries[0]) == self.dangling:
+                entries = prefix + entries
+            branch = self.conv.branch(entries, label="" if n == 0 else "rewound branch")
+            if branch.messages:
+                out.append(branch)
+        return out
+
+    def _parent(self, entry: dict[str, Any]) -> str | None:
+        node = self.nodes.get(str(entry.get("uuid")))
+        return node.parent if node else None
 
 
 def _leaves(nodes: dict[str, _Node]) -> list[str]:
@@ -222,6 +276,7 @@ def _path(nodes: dict[str, _Node], leaf: str) -> list[dict[str, Any]]:
 class _Converter:
     def __init__(self, session_dir: Path, unmodeled: Counter[str]) -> None:
         self.session_dir = session_dir
+        self.more_dirs: list[Path] = []  # sessions whose history this one goes on from
         self.unmodeled = unmodeled
         self._outputs: dict[str, str | None] = {}
 
@@ -314,16 +369,20 @@ class _Converter:
         if m:
             names.append(Path(m.group(1).rstrip(".)")).name)
         names += [f"{tool_use_id}.txt", f"{tool_use_id}.json"]
-        folder = self.session_dir / "tool-results"
         found: str | None = None
-        for name in names:
-            f = folder / name
-            if name and f.is_file() and f.resolve().parent == folder.resolve():
-                try:
-                    found = f.read_text(encoding="utf-8", errors="replace")
-                except OSError:
-                    continue
-                break
+        for folder in [d / "tool-results" for d in (self.session_dir, *self.more_dirs)]:
+            for name in names:
+                f = folder / name
+                if (
+                    found is None
+                    and name
+                    and f.is_file()
+                    and f.resolve().parent == folder.resolve()
+                ):
+                    try:
+                        found = f.read_text(encoding="utf-8", errors="replace")
+                    except OSError:
+                        continue
         if found is None:
             self.unmodeled["persisted output missing"] += 1
         self._outputs[tool_use_id] = found

@@ -203,3 +203,32 @@ async def test_reimport_after_a_rewind_forks_and_keeps_the_old_main(
     assert len((await import_sessions(store, tmp_path)).threads) == 2
     assert len(await store.list_threads()) == 2
     assert again.threads
+
+
+async def test_compaction_continuing_in_a_new_file_forks_from_the_old_one(
+    tmp_path: Path, store: Store
+) -> None:
+    old = ClaudeSession(tmp_path, "aaaaaaaa-0000-4000-8000-000000000001")
+    old.user("long work")
+    old.call("tu1", "Bash", {"command": "make"}, msg_id="m1")
+    old.result("tu1", old.tool_output("tu1", "built\n" * 1000))
+    old.text("step one", msg_id="m2")
+    old.write()
+    new = ClaudeSession(tmp_path, "bbbbbbbb-0000-4000-8000-000000000002")
+    new.last = old.last
+    new.compact("Summary: step one is done")
+    new.user("go on")
+    new.text("step two", msg_id="m3")
+    new.write()
+    report = await import_sessions(store, tmp_path)
+    by_id = {w.source["session_id"]: w for w in report.threads}
+    first, second = by_id[old.session_id], by_id[new.session_id]
+    assert second.info.forked_from is not None
+    assert (second.info.forked_from.thread_id, second.info.forked_from.at) == (first.info.id, 4)
+    texts = [m.text for m in await store.messages(second.info.id)]
+    assert texts[0] == "long work" and texts[3] == "step one"
+    assert texts[4].startswith(COMPACTION_MARK)
+    assert texts[5:] == ["go on", "step two"]
+    again = await import_sessions(store, tmp_path)
+    assert sum(w.added for w in again.threads) == 0
+    assert len(await store.list_threads()) == 2
