@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import (
+    HTMLResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -108,6 +114,7 @@ def create_app(db: str, *, hosts: Sequence[str] | None = None) -> ASGIApp:
         Route("/t/{ref}/{what:str}/{seq:int}/{tool_use_id}", whole),
         Route("/job/{ref}", job),
         Route("/search", search),
+        Route("/favicon.ico", favicon),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     from store import RefSyntaxError
@@ -207,6 +214,10 @@ async def search(request: Request) -> Response:
         hits = await store.search(query, job_id=job_id, limit=SEARCH_LIMIT)
     name = "_hits.html" if q.get("fragment") else "search.html"
     return await _page(name, query=query, hits=hits, job=job_ref)
+
+
+async def favicon(request: Request) -> Response:
+    return RedirectResponse("/static/favicon.svg", status_code=301)
 
 
 async def whole(request: Request) -> Response:

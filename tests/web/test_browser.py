@@ -1,0 +1,115 @@
+"""A person's walk through the viewer in a real browser: Debian's chromium driven by playwright,
+against the real server on a loopback port over a real database. Under CI a missing chromium or
+playwright fails this test (it must run there); elsewhere it is skipped, saying what is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from store import NewMessage, Status, Store
+
+from ._browser import browser_missing, chromium, viewer
+from .conftest import _make
+
+TIMEOUT_MS = 15_000
+
+
+@pytest.fixture
+def browser_ready() -> None:
+    missing = browser_missing()
+    if missing is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs the browser test: {missing}")
+        pytest.skip(missing)
+
+
+def _append(db: str, ref: str, text: str, *, done: bool = False) -> None:
+    """Append through the real Store, from a thread of its own: playwright's sync API runs an
+    event loop in the test's thread, so the store gets another."""
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(lambda: asyncio.run(_append_now(db, ref, text, done=done))).result()
+
+
+async def _append_now(db: str, ref: str, text: str, *, done: bool) -> None:
+    async with await Store.open(db) as store:
+        tid = (await store.resolve(ref)).thread.id
+        await store.append(tid, NewMessage.assistant(text))
+        if done:
+            await store.set_status(tid, Status.DONE)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("browser_ready")
+def test_a_reader_walks_the_list_a_job_a_thread_a_fork_search_and_a_live_thread(
+    tmp_path: Path,
+) -> None:
+    from playwright.sync_api import expect
+
+    db = str(tmp_path / "threads.db")
+    refs = asyncio.run(_make(Path(db)))
+    with viewer(db) as url, chromium() as browser:
+        page = browser.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+
+        # the list, then the job of the worker row
+        page.goto(f"{url}/")
+        expect(page.locator("table.threads")).to_contain_text("Fix the tokenizer tests")
+        page.locator(f"tr:has(a[href='/t/{refs.worker}'])").get_by_text("tree").click()
+        expect(page).to_have_url(f"{url}/job/{refs.lead}")
+        expect(page.locator("ul.tree")).to_contain_text("fork of #3")
+
+        # into the worker's thread from the tree
+        page.locator(f"ul.tree a[href='/t/{refs.worker}']").click()
+        expect(page).to_have_url(f"{url}/t/{refs.worker}")
+        expect(page.locator("section.result")).to_contain_text("dropped the closing quote")
+
+        # a tool output: collapsed, expanded by a click, capped with a link to the whole
+        output = page.locator(f"article[id='{refs.long_seq}'] details.tool")
+        body = output.locator("pre.body").first
+        expect(body).to_be_hidden()
+        output.locator("summary").click()
+        expect(body).to_be_visible()
+        expect(body).to_contain_text("line 0: FAILED test_0")
+        expect(output.locator("a.whole")).to_have_attribute(
+            "href", f"/t/{refs.worker}/output/{refs.long_seq}/b1"
+        )
+
+        # follow the fork link; its inherited messages link back to their origin
+        page.locator(f"dl.meta a[href='/t/{refs.fork}']").click()
+        expect(page).to_have_url(f"{url}/t/{refs.fork}")
+        expect(page.locator("article[id='4']")).to_contain_text("try another way")
+        expect(page.locator("dl.meta")).to_contain_text(f"{refs.worker}#3")
+
+        # search from the header, then as you type on the search page
+        page.locator("header.top input[name=q]").fill("closing")
+        page.locator("header.top input[name=q]").press("Enter")
+        expect(page).to_have_url(re.compile(r"/search\?q=closing$"))
+        page.locator("#q").fill("quoted strings")
+        hit = page.locator(f"#hits a[href='/t/{refs.worker}#1']")
+        expect(hit).to_be_visible()
+        expect(page).to_have_url(re.compile(r"/search\?q=quoted\+strings$"))
+        hit.click()
+        expect(page).to_have_url(f"{url}/t/{refs.worker}#1")
+        expect(page.locator("article.msg:target")).to_have_attribute("id", "1")
+
+        # a running thread's page shows a message appended while it is open
+        page.goto(f"{url}/t/{refs.running}")
+        expect(page.locator("article.msg")).to_have_count(1)
+        page.wait_for_function("() => document.querySelector('#messages').dataset.events")
+        _append(db, refs.running, "a message appended while the page was open")
+        expect(page.locator("article[id='2']")).to_contain_text("appended while the page")
+        _append(db, refs.running, "and the last one", done=True)
+        expect(page.locator("article[id='3']")).to_contain_text("and the last one")
+        expect(page.locator(".thread-head [data-status]")).to_have_text("done")
+        expect(page.locator("#live")).to_have_text("the thread has ended")
+        assert errors == []
