@@ -4,8 +4,9 @@ through ``shown`` (the Jinja environment's ``finalize``) and is then HTML-escape
 Escaping stops markup; ``shown`` stops the rest. A page is not a terminal, so an escape
 sequence cannot drive anything, but invisible characters still mislead a reader: a NUL, an
 ESC or a lone CR would vanish, and the bidi overrides reorder the line around them ("Trojan
-source"). They are drawn as the Unicode control pictures (NUL → ␀, ESC → ␛, CR → ␍, DEL → ␡),
-C1 controls and bidi overrides as ``\\x9b`` / ``\\u202e``. A lone surrogate (a JSON ``\\ud800``
+source"). They are drawn as ``cat -v`` and ``threadloom show`` draw them (ESC → ``^[``, NUL →
+``^@``, a lone CR → ``^M``, DEL → ``^?``; C1 controls and bidi overrides as ``\\x9b`` /
+``\\u202e``): plain ASCII, legible in any font. A lone surrogate (a JSON ``\\ud800``
 escape decoded into text) cannot be encoded as UTF-8 at all: it is shown as ``\\ud800``, so a
 response never fails to encode. Newlines and tabs are kept.
 """
@@ -25,9 +26,9 @@ _HIDDEN = re.compile(
 def _picture(match: re.Match[str]) -> str:
     code = ord(match.group())
     if code < 0x20:
-        return chr(0x2400 + code)
+        return "^" + chr(code + 0x40)
     if code == 0x7F:
-        return "\u2421"
+        return "^?"
     if code <= 0x9F:
         return f"\\x{code:02x}"
     return f"\\u{code:04x}"
