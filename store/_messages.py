@@ -23,7 +23,7 @@ from ._ledger import usage_row
 from ._outputs import OutputFile
 from ._tables import messages, threads, usage
 from .errors import InvariantError, LeaseLost, StoreError, ThreadNotFound
-from .models import Message, NewMessage, UsageRecord
+from .models import CONTENT_FORMAT, Message, NewMessage, UsageRecord
 from .refs import format_ref
 
 MESSAGE_COLUMNS = [
@@ -71,7 +71,7 @@ def message_rows(
                 "seq": seq,
                 "role": m.role,
                 "content": json.dumps(content, ensure_ascii=False, separators=(",", ":")),
-                "format": 1,
+                "format": CONTENT_FORMAT,
                 "created_at": now,
                 "_text": _search.searchable_text(m.content),
             }

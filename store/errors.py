@@ -22,6 +22,24 @@ them into ``DatabaseError`` with ``raise … from exc``.
 
 from __future__ import annotations
 
+__all__ = [
+    "AmbiguousRef",
+    "ConcurrencyError",
+    "DatabaseError",
+    "DatabaseFull",
+    "DatabaseUnavailable",
+    "ForkPointError",
+    "ImportFormatError",
+    "InvariantError",
+    "LeaseHeld",
+    "LeaseLost",
+    "RefError",
+    "RefSyntaxError",
+    "StatusError",
+    "StoreError",
+    "ThreadNotFound",
+]
+
 
 class StoreError(Exception):
     """Base of every error the store raises."""

@@ -15,6 +15,30 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 from .refs import format_ref
 
+__all__ = [
+    "Change",
+    "ContentBlock",
+    "Finding",
+    "ForkOrigin",
+    "Kind",
+    "Message",
+    "NewMessage",
+    "Result",
+    "Role",
+    "SearchHit",
+    "Status",
+    "StoredOutput",
+    "TextBlock",
+    "ThinkingBlock",
+    "ThreadInfo",
+    "ToolResultBlock",
+    "ToolUseBlock",
+    "Usage",
+    "UsageRecord",
+    "Verification",
+]
+
+
 CONTENT_FORMAT = 1
 """Schema version of the content-block JSON stored in ``messages.content``."""
 

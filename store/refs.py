@@ -19,6 +19,14 @@ from .errors import RefSyntaxError, ThreadNotFound
 if TYPE_CHECKING:
     from .models import ThreadInfo
 
+__all__ = [
+    "ResolvedRef",
+    "ThreadRef",
+    "format_ref",
+    "new_id",
+]
+
+
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 _RANDOM_BITS = 80
 _lock = threading.Lock()
