@@ -2,6 +2,9 @@
 
 Public names are loaded on first access, so ``threadloom --help`` (which imports
 ``orchestrator.cli``) does not pay for the store, the runtime or any SDK.
+
+Layers point one way: ``cli`` (and the other front doors, ``mcp``, ``web``) → ``api`` →
+``runtime`` → ``isolation``; ``errors``, ``views`` and ``jobs`` are leaves any layer may use.
 """
 
 from __future__ import annotations
@@ -10,25 +13,26 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._api import JobOutcome, Orchestrator, WorkerSummary
-    from ._jobfile import JobFileError, JobSpec, TaskSpec, WorkerDefaults, load_job, parse_job
-    from ._reading import Page, ReadError, read_page
-    from ._runtime import JobRuntime
+    from .api import JobOutcome, Orchestrator, WorkerSummary
+    from .errors import JobFileError, ReadError
+    from .jobs import JobSpec, TaskSpec, WorkerDefaults, load_job, parse_job
+    from .runtime.job import JobRuntime
+    from .runtime.pages import Page, read_page
 
 _WHERE = {
-    "JobFileError": "._jobfile",
-    "JobOutcome": "._api",
-    "JobRuntime": "._runtime",
-    "JobSpec": "._jobfile",
-    "Orchestrator": "._api",
-    "Page": "._reading",
-    "ReadError": "._reading",
-    "TaskSpec": "._jobfile",
-    "WorkerDefaults": "._jobfile",
-    "WorkerSummary": "._api",
-    "load_job": "._jobfile",
-    "parse_job": "._jobfile",
-    "read_page": "._reading",
+    "JobFileError": ".errors",
+    "JobOutcome": ".api",
+    "JobRuntime": ".runtime.job",
+    "JobSpec": ".jobs",
+    "Orchestrator": ".api",
+    "Page": ".runtime.pages",
+    "ReadError": ".errors",
+    "TaskSpec": ".jobs",
+    "WorkerDefaults": ".jobs",
+    "WorkerSummary": ".api",
+    "load_job": ".jobs",
+    "parse_job": ".jobs",
+    "read_page": ".runtime.pages",
 }
 
 __all__ = [

@@ -1,6 +1,6 @@
 """``python -m orchestrator``: the ``threadloom`` command line."""
 
-from orchestrator._fast_entry import main
+from orchestrator.cli._entry import main
 
 if __name__ == "__main__":
     main()

@@ -7,7 +7,7 @@ On a database of realistic size (200 threads in 10 jobs, 20,000 messages, a fork
 each command is timed three ways, interleaved round robin so that other load on the machine
 weighs on all three alike, and reported as medians:
 
-- ``fast``: the command as shipped (the read-only fast path, ``orchestrator._fast``);
+- ``fast``: the command as shipped (the read-only fast path, ``orchestrator.cli._fast``);
 - ``slow``: the same command with ``THREADLOOM_NO_FAST=1`` (SQLAlchemy, pydantic, structlog);
 - ``baseline``: ``python -c "import sqlite3; <the same queries>"`` — the floor for a Python
   process that answers the question at all.

@@ -29,7 +29,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from orchestrator._worktrees import Checkpointer, add_worktree, git_env
+from orchestrator.isolation.git import git_env
+from orchestrator.isolation.worktrees import Checkpointer, add_worktree
 
 IDENTITY = {
     "GIT_AUTHOR_NAME": "bench",

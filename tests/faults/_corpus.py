@@ -232,7 +232,7 @@ async def _make_store(db: Path, ws: Path, canary: str) -> tuple[Path, ...]:
     """A real store in README's layout, with a transcript carrying ``canary``; returns the paths
     the job runtime hides from a job in that workspace (what a real job's tools get)."""
     from orchestrator import parse_job
-    from orchestrator._runtime import JobRuntime
+    from orchestrator.runtime.job import JobRuntime
     from store import Kind, NewMessage, Store
 
     store = await Store.open(str(db), create_dirs=True)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from orchestrator import Orchestrator, parse_job
-from orchestrator._cmd_run import exit_code
+from orchestrator.cli._cmd_run import exit_code
 from store import TERMINAL_STATUSES, Status, Store
 from tests.fakes.messages_api import FakeMessagesAPI, scripted_responder
 from tests.faults.conftest import integrity, seed, unpaired

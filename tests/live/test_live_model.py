@@ -39,8 +39,8 @@ from typing import Any
 import pytest
 
 from orchestrator import JobRuntime, Orchestrator
-from orchestrator._lead_tools import AskThreadTool
-from orchestrator._runtime import job_of
+from orchestrator.runtime.lead_tools import AskThreadTool
+from orchestrator.runtime.threads import job_of
 from store import Kind
 from tests.live.conftest import live_spec
 from workers.tools import ToolContext

@@ -13,8 +13,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from orchestrator._errors import EXIT_CODES, exit_code_for
 from orchestrator.cli import COMMANDS, Output, command, main, run_async, run_command
+from orchestrator.errors import EXIT_CODES, exit_code_for
 from store import Status, Store
 from tests.orchestrator.test_cli_helpers import (
     Sample,

@@ -1,4 +1,4 @@
-"""The fast read path (``orchestrator._fast`` over ``store._rawread``) prints exactly what the
+"""The fast read path (``orchestrator.cli._fast`` over ``store._rawread``) prints exactly what the
 full path prints, and really is taken without SQLAlchemy, pydantic or structlog.
 
 One real database: the demo job run by the CLI, a fork by reference, an import with non-ASCII
@@ -540,7 +540,7 @@ def test_the_fast_reader_shares_the_stores_rules_rather_than_copying_them() -> N
 
 
 def test_the_fast_parser_declines_what_it_does_not_know() -> None:
-    from orchestrator._fast import parse
+    from orchestrator.cli._fast import parse
 
     assert parse(["ls"]) is not None
     assert parse(["--db", "x.db", "--json", "show", "T-abcd", "--tools"]) is not None

@@ -18,9 +18,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator import Orchestrator, _isolation
-from orchestrator import _worktrees as wt
-from orchestrator._isolation import WorkerTree
+from orchestrator import Orchestrator
+from orchestrator.isolation import WorkerTree, job_base
+from orchestrator.isolation import git as gitrun
+from orchestrator.isolation import merge as mg
+from orchestrator.isolation import worktrees as wt
 from store import Status
 
 IDENTITY = {
@@ -326,12 +328,12 @@ async def test_a_merge_driver_planted_during_the_job_never_runs(tmp_path: Path, 
         await wt.add_worktree(repo, path, f"threadloom/job/{name}", base.base)
         (path / "a.txt").write_text(text)
         assert await wt.Checkpointer(path, thread_id=name, root=repo)(2) is not None
-        trees.append(wt.MergeItem(label=name, branch=f"threadloom/job/{name}"))
+        trees.append(mg.MergeItem(label=name, branch=f"threadloom/job/{name}"))
     run_git(repo, "config", "merge.m.driver", f"touch {marker}; exit 0")
     (repo / ".gitattributes").write_text("* merge=m\n")
     (common / "info").mkdir(exist_ok=True)
     (common / "info" / "attributes").write_text("* merge=m\n")
-    report = await wt.merge(repo, trees, into="threadloom/job/merged", start=base.base)
+    report = await mg.merge(repo, trees, into="threadloom/job/merged", start=base.base)
     assert not marker.exists(), "threadloom's merge ran a merge driver planted during the job"
     assert [m["ref"] for m in report.merged] == ["T1"]
     assert [c["ref"] for c in report.conflicts] == ["T2"]
@@ -372,8 +374,8 @@ async def test_a_worker_running_bash_plants_a_filter_and_only_the_users_own_filt
         assert lead.task is not None
         assert lead.task["isolation"]["drivers"] == {"filter.up.clean": "tr a-z A-Z"}
         # another process: nothing registered until the base is read back from the task JSON
-        wt._TRUSTED.clear()
-        base = await _isolation.job_base(lead)
+        gitrun._TRUSTED.clear()
+        base = await job_base(lead)
         assert base is not None and base.drivers == {"filter.up.clean": "tr a-z A-Z"}
         tree = WorkerTree.of(w)
         assert tree is not None

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator._reading import read_page
+from orchestrator.runtime.pages import read_page
 from store import (
     INLINE_LIMIT,
     NewMessage,
@@ -178,7 +178,7 @@ async def test_read_thread_pages_through_the_whole_output_by_max_chars(sample: S
 
 
 async def test_a_bad_character_offset_is_a_read_error_naming_the_ref(sample: Sample) -> None:
-    from orchestrator._reading import ReadError
+    from orchestrator.errors import ReadError
 
     store = await Store.open(sample.url)
     try:
@@ -200,7 +200,7 @@ async def test_a_reader_confined_to_the_thread_follows_its_offset_page_refs(samp
     from types import SimpleNamespace
     from typing import Any, cast
 
-    from orchestrator._lead_tools import ReadThreadInput, ReadThreadTool
+    from orchestrator.runtime.lead_tools import ReadThreadInput, ReadThreadTool
 
     store = await Store.open(sample.url)
     try:

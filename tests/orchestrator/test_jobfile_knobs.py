@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import load_job
-from orchestrator._runtime import create_lead, job_of
+from orchestrator.runtime.threads import create_lead, job_of
 from store import Kind, NewMessage, Store
 from tests.orchestrator.test_jobfile_places import error_of, write
 

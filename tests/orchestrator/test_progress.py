@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from orchestrator._api import JobOutcome, WorkerSummary
-from orchestrator._cmd_run import render
-from orchestrator._progress import Progress, tool_preview
-from orchestrator._render import Printer, cell_width
+from orchestrator.api import JobOutcome, WorkerSummary
+from orchestrator.cli._cmd_run import render
+from orchestrator.cli._progress import Progress, tool_preview
+from orchestrator.cli._render import Printer, cell_width
 from store import Kind, NewMessage, Status, Store, Usage, format_ref, new_id
 from workers import LoopEvent, ModelRequest, ModelResponse, build_tools, run_thread
 from workers.providers import FunctionModel, tool_response

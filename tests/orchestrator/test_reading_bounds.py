@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator._lead_tools import ReadThreadInput, check_citations
-from orchestrator._reading import MIN_MAX_CHARS, read_page
+from orchestrator.runtime.lead_tools import ReadThreadInput, check_citations
+from orchestrator.runtime.pages import MIN_MAX_CHARS, read_page
 from store import Kind, NewMessage, Store
 
 

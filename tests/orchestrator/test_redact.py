@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator._errors import one_line
+from orchestrator.errors import one_line
 from orchestrator.logging import configure_logging, get_logger, set_job_log_dir
 from store import NewMessage, Status, Store, redact, redact_data, refresh_secrets
 from tests.e2e.conftest import Env

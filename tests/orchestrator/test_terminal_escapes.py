@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator._render import visible
+from orchestrator.cli._render import visible
 from store import NewMessage, Status, Store, ToolResultBlock, ToolUseBlock
 from tests.orchestrator.test_cli_helpers import clean_env, run_cli
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from orchestrator import Orchestrator
-from orchestrator._worktrees import RepoStateError
+from orchestrator.errors import RepoStateError
 from store import Status, Store, ToolResultBlock
 from tests.orchestrator.test_cli_helpers import invoke, json_out
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from orchestrator import parse_job
-from orchestrator._runtime import JobRuntime
+from orchestrator.runtime.job import JobRuntime
 from store import Kind, NewMessage, Store
 from workers.tools import (
     EditFileTool,

@@ -1,4 +1,4 @@
-"""The lead's and the readers' system prompts (text files under ``orchestrator/prompts/``)."""
+"""The lead's and the readers' system prompts (the text files beside this module: package data)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from importlib import resources
 
 @cache
 def _template(name: str) -> str:
-    return resources.files("orchestrator").joinpath("prompts", f"{name}.md").read_text("utf-8")
+    return resources.files(__name__).joinpath(f"{name}.md").read_text("utf-8")
 
 
 def lead_system_prompt() -> str:

@@ -1,10 +1,11 @@
 """The lead's tools (SPEC §Tools — lead tools): dispatch, read_thread, ask_thread,
 search_threads, resume_thread, fork_thread — and the reader's read-only ``read_thread``.
 
-They are ordinary ``workers.tools.Tool``s bound to a ``JobRuntime``: the lead is a thread run by
-the same loop as any worker, only its toolset differs. What comes back to the lead is always
-bounded: distilled results with refs, pages of at most ``max_chars``, answers with checked
-citations — never a raw transcript.
+They are ordinary ``workers.tools.Tool``s bound to the running job (``Runtime``, which
+``job.JobRuntime`` is — a protocol, so that this module does not import the one that runs it):
+the lead is a thread run by the same loop as any worker, only its toolset differs. What comes
+back to the lead is always bounded: distilled results with refs, pages of at most
+``max_chars``, answers with checked citations — never a raw transcript.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import Any, ClassVar, Literal, TypeVar
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 from pydantic import Field
 
@@ -21,8 +23,9 @@ from store.errors import RefError
 from workers import RunOutcome
 from workers.tools import TOOL_REGISTRY, Tool, ToolContext, ToolFailure, ToolInput, ToolOutput
 
-from ._reading import DEFAULT_MAX_CHARS, ReadError, read_page, split_offset
-from ._runtime import JobRuntime
+from ..errors import ReadError, WorktreeError
+from ..isolation import merge_refs
+from .pages import DEFAULT_MAX_CHARS, read_page, split_offset
 
 _CITATION = re.compile(r"T-[0-9a-hjkmnp-tv-z]{4,26}(?:#[0-9]+(?:-[0-9]*)?)?")
 MAX_TASKS_PER_DISPATCH = 1000  # a job file may list many tasks; the lead gets them all at once
@@ -48,13 +51,42 @@ def result_payload(info: ThreadInfo, outcome: RunOutcome | None = None) -> dict[
     return payload
 
 
+class Runtime(Protocol):
+    """What the lead's tools need of the running job (``job.JobRuntime``)."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def lead_id(self) -> str: ...
+
+    async def spawn_workers(
+        self, *, tool_use_id: str, tasks: Sequence[dict[str, Any]]
+    ) -> list[tuple[ThreadInfo, bool]]: ...
+
+    async def create_reader(self, target: ThreadInfo, question: str) -> ThreadInfo: ...
+
+    async def run(
+        self, info: ThreadInfo, *, model_spec: str | None = None, message: str | None = None
+    ) -> RunOutcome: ...
+
+    async def run_worker(
+        self,
+        info: ThreadInfo,
+        *,
+        model_spec: str | None = None,
+        message: str | None = None,
+        refuse_held: bool = False,
+    ) -> RunOutcome: ...
+
+
 InputT = TypeVar("InputT", bound=ToolInput)
 
 
 class JobTool(Tool[InputT]):
     """A lead tool: bound to the running job's runtime."""
 
-    def __init__(self, rt: JobRuntime) -> None:
+    def __init__(self, rt: Runtime) -> None:
         self.rt = rt
 
 
@@ -139,7 +171,7 @@ class ReadThreadTool(Tool[ReadThreadInput]):
     Input = ReadThreadInput
     replay_safe: ClassVar[bool] = True
 
-    def __init__(self, rt: JobRuntime, *, only: str | None = None) -> None:
+    def __init__(self, rt: Runtime, *, only: str | None = None) -> None:
         self.rt = rt
         self.only = only
 
@@ -319,9 +351,6 @@ class MergeTool(JobTool[MergeInput]):
     Input = MergeInput
 
     async def run(self, args: MergeInput, ctx: ToolContext) -> ToolOutput:
-        from ._isolation import merge_refs
-        from ._worktrees import WorktreeError
-
         for ref in args.refs:
             await _job_worker(self.rt, ref)
         try:
@@ -337,7 +366,7 @@ class MergeTool(JobTool[MergeInput]):
         return ToolOutput(text)
 
 
-async def _job_worker(rt: JobRuntime, ref: str) -> ThreadInfo:
+async def _job_worker(rt: Runtime, ref: str) -> ThreadInfo:
     try:
         info = (await rt.store.resolve(ref)).thread
     except RefError as err:
@@ -347,7 +376,7 @@ async def _job_worker(rt: JobRuntime, ref: str) -> ThreadInfo:
     return info
 
 
-def lead_tools(rt: JobRuntime) -> list[Tool[Any]]:
+def lead_tools(rt: Runtime) -> list[Tool[Any]]:
     return [
         DispatchTool(rt),
         ReadThreadTool(rt),
@@ -359,5 +388,5 @@ def lead_tools(rt: JobRuntime) -> list[Tool[Any]]:
     ]
 
 
-def reader_tools(rt: JobRuntime, *, target: str) -> list[Tool[Any]]:
+def reader_tools(rt: Runtime, *, target: str) -> list[Tool[Any]]:
     return [ReadThreadTool(rt, only=target)]

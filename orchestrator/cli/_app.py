@@ -1,11 +1,11 @@
-"""The ``threadloom`` command line (also ``python -m orchestrator``).
-
-The plumbing every command shares lives here; the commands live in their own modules and are
-loaded only when named (so ``threadloom --help`` imports neither the store nor any SDK).
+"""The plumbing every ``threadloom`` command shares: the group, global options, ``Output``,
+``run_command`` and the one place errors become exit codes. The commands live in their own
+modules (``_cmd_*.py``), named in ``registry.COMMANDS`` and loaded only when named (so
+``threadloom --help`` imports neither the store nor any SDK).
 
 Adding a command::
 
-    # orchestrator/_cmd_example.py
+    # orchestrator/cli/_cmd_example.py
     import click
     from orchestrator.cli import Output, command, run_command
 
@@ -21,12 +21,12 @@ Adding a command::
 
         run_command(ctx, go)
 
-and one line in ``COMMANDS``: ``"example": "orchestrator._cmd_example:example"``.
+and one line in ``registry.COMMANDS``: ``"example": "orchestrator.cli._cmd_example:example"``.
 
 ``run_command`` opens the store named by ``--db``, runs the coroutine, prints ``Output.data`` as
 one JSON document with ``--json`` or ``Output.text`` otherwise, and exits with
 ``Output.exit_code``. Errors are not caught by commands: they propagate to
-``ThreadloomGroup.main``, which maps each to its exit code (``orchestrator._errors``) and reports
+``ThreadloomGroup.main``, which maps each to its exit code (``orchestrator.errors``) and reports
 it as one line on stderr — plus ``{"error": {"code", "message"}}`` on stdout with ``--json``.
 """
 
@@ -45,33 +45,15 @@ import click
 
 from store import redact, redact_data
 
-from ._errors import EXIT_INTERRUPTED, EXIT_USAGE, exit_code_for, one_line
+from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, exit_code_for, one_line
 from ._render import Printer, dumps, silence_stdout, visible, write_error, write_redacted
+from .registry import COMMANDS
 
 if TYPE_CHECKING:
     from store import Store
 
 PROG = "threadloom"
 DEFAULT_DB = Path(".threadloom") / "threads.db"
-
-COMMANDS: dict[str, str] = {
-    "demo": "orchestrator._cmd_run:demo",
-    "diff": "orchestrator._cmd_worktrees:diff",
-    "resume": "orchestrator._cmd_run:resume",
-    "run": "orchestrator._cmd_run:run",
-    "export": "orchestrator._cmd_transcript:export",
-    "fork": "orchestrator._cmd_transcript:fork",
-    "gc": "orchestrator._cmd_worktrees:gc",
-    "import": "orchestrator._cmd_transcript:import_",
-    "ls": "orchestrator._cmd_read:ls",
-    "merge": "orchestrator._cmd_worktrees:merge",
-    "migrate": "orchestrator._cmd_stats:migrate",
-    "search": "orchestrator._cmd_read:search",
-    "show": "orchestrator._cmd_read:show",
-    "stats": "orchestrator._cmd_stats:stats",
-    "tree": "orchestrator._cmd_read:tree",
-}
-"""Command name → ``module:attribute`` of its click command, imported on first use."""
 
 
 @dataclass
@@ -92,7 +74,7 @@ class AppContext:
 
     def setup_logging(self) -> None:
         if not self._logging_ready:
-            from .logging import configure_logging
+            from ..logging import configure_logging
 
             configure_logging(self.verbose, self.log_json)
             self._logging_ready = True
@@ -142,7 +124,7 @@ def emit(app: AppContext, out: Output, *, stream: Any = None) -> None:
     except BrokenPipeError:  # the reader had enough (``threadloom show … | head``)
         silence_stdout()
     except OSError as err:
-        from ._errors import EXIT_FAILED, CliError
+        from ..errors import EXIT_FAILED, CliError
 
         raise CliError(f"cannot write the output: {err.strerror or err}", EXIT_FAILED) from err
 
@@ -152,7 +134,7 @@ async def open_store(app: AppContext, *, migrate: bool = True) -> Store:
     upgraded to the newest schema unless ``migrate=False``."""
     from store import Store
 
-    from .logging import get_logger
+    from ..logging import get_logger
 
     url, create_dirs = app.database()
     store = await Store.open(url, create_dirs=create_dirs, migrate=migrate)

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ._errors import EXIT_FAILED
-from .cli import Output, command, run_command
+from ..errors import EXIT_FAILED
+from ._app import Output, command, run_command
 
 if TYPE_CHECKING:
     from store import Store
@@ -23,7 +23,7 @@ def diff(ctx: click.Context, ref: str, stat: bool) -> None:
     With REF#N, the worker's files as they were after message N (its checkpoint, or the nearest
     earlier one). --json: {ref, branch, base, tip, of, diff}.
     """
-    from ._isolation import worker_diff
+    from ..isolation import worker_diff
 
     async def go(store: Store) -> Output:
         data = await worker_diff(store, ref, stat=stat)
@@ -50,7 +50,7 @@ def merge(ctx: click.Context, refs: tuple[str, ...], into: str | None) -> None:
     files are listed; the others are merged. Exit 1 when any conflicted.
     --json: {into, created, head, merged, already_merged, conflicts: [{ref, branch, files}]}.
     """
-    from ._isolation import merge_refs
+    from ..isolation import merge_refs
 
     async def go(store: Store) -> Output:
         report = await merge_refs(store, list(refs), into=into)
@@ -82,7 +82,7 @@ def gc(ctx: click.Context, job: str | None, branches: bool) -> None:
     removed gets it back from its last checkpoint).
     --json: {removed: [{ref, worktree}], kept: [{ref, worktree, reason}], deleted_refs}.
     """
-    from ._isolation import gc as collect
+    from ..isolation import gc as collect
 
     async def go(store: Store) -> Output:
         job_id = (await store.resolve(job)).thread.job_id if job else None

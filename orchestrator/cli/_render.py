@@ -270,12 +270,6 @@ def timestamp(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def iso(when: datetime) -> str:
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return when.isoformat()
-
-
 def json_value(value: Any, width: int) -> str:
     """A tool input value shortened for a one-line call: ``"src/x.py"``, ``12``, ``{…}``."""
     if isinstance(value, str):

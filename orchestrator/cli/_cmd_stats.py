@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ._app import Output, command, run_command
 from ._render import Column, Printer, count, one_line, percent, usd
-from .cli import Output, command, run_command
 
 if TYPE_CHECKING:
     from store import Store, ThreadInfo, Usage
@@ -29,7 +29,7 @@ def stats(ctx: click.Context, ref: str | None) -> None:
     total: {usage, cost_usd}} — threads lists every thread with usage (with REF: every thread
     of the job).
     """
-    from ._thread_view import cache_share, usage_json
+    from ..views import cache_share, usage_json
 
     async def go(store: Store) -> Output:
         from store import Usage
@@ -145,7 +145,7 @@ _NUMBER_COLUMNS = [
 
 
 def _cells(u: Usage, cost: float) -> list[str]:
-    from ._thread_view import cache_share
+    from ..views import cache_share
 
     return [
         count(u.input_tokens),
@@ -177,9 +177,9 @@ def migrate(ctx: click.Context) -> None:
     """
 
     async def go(store: Store) -> Output:
-        from store._db import SCHEMA_HEAD
+        from store._schema import SCHEMA_HEAD
 
-        from .logging import get_logger
+        from ..logging import get_logger
 
         before = await store.db.migrate()
         upgraded = before is not None

@@ -1,5 +1,5 @@
-"""The job runtime: how threads of a job are created and run, shared by the lead's tools, the
-Python API and the CLI.
+"""The job runtime: how the threads of a job are run, shared by the lead's tools, the Python API
+and every front door (creating them is ``threads``).
 
 One ``JobRuntime`` per job run: it holds the job spec (rebuilt from the lead thread when a job is
 resumed), the semaphore that bounds running workers, the job's token budget check (SQL sums of
@@ -20,20 +20,8 @@ from typing import Any
 
 import structlog
 
-from store import (
-    Kind,
-    LeaseHeld,
-    NewMessage,
-    Status,
-    Store,
-    TextBlock,
-    ThreadInfo,
-    ToolUseBlock,
-    format_ref,
-    new_id,
-)
+from store import Kind, LeaseHeld, Store, ThreadInfo, format_ref
 from workers import (
-    ORCHESTRATOR_TOOL_ID_PREFIX,
     SUBMIT_RESULT,
     BudgetExhausted,
     LoopConfig,
@@ -44,28 +32,15 @@ from workers import (
     build_tools,
     make_model,
     run_thread,
-    worker_system_prompt,
 )
-from workers.providers import parse_model_spec
 from workers.tools import SandboxSettings, require_sandbox
 
-from ._isolation import Isolation, WorkerTree
-from ._jobfile import JobSpec, TaskSpec
-from ._prompts import lead_system_prompt, reader_system_prompt
+from ..isolation import Isolation, WorkerTree
+from ..jobs import JobSpec
+from . import threads
+from .lead_tools import lead_tools, reader_tools
 
 log = structlog.get_logger("threadloom.runtime")
-
-LEAD_TOOLS = (
-    "dispatch",
-    "read_thread",
-    "ask_thread",
-    "search_threads",
-    "resume_thread",
-    "fork_thread",
-)
-MERGE_TOOL = "merge"  # lead tool of worktree jobs only
-READER_TOOLS = ("read_thread",)
-
 
 ModelFactory = Callable[..., Model]
 """``factory(spec, **options)`` → a ``Model`` (``workers.make_model`` unless a caller brings its
@@ -80,31 +55,6 @@ their knobs."""
 
 def model_key(spec: str, options: dict[str, Any]) -> ModelKey:
     return spec, tuple(sorted(options.items()))
-
-
-def task_message(task_id: str, title: str, prompt: str) -> str:
-    """A worker's first message (the scripted demo matches on its first line)."""
-    return f"Task {task_id}: {title}\n\n{prompt}"
-
-
-def lead_message(job: JobSpec) -> str:
-    lines = [f"Job: {job.name}", f"Goal: {job.goal}", f"Workspace: {job.workspace_path}"]
-    if job.isolation == "worktree":
-        lines.append(
-            "Isolation: each worker works in its own git worktree and branch; its result names"
-            " the branch and diff stat. Use merge to combine branches into the job branch."
-        )
-    if job.tasks:
-        lines.append(
-            f"The job file defines {len(job.tasks)} tasks; they are being dispatched now."
-            " Review the results, read transcripts where you need to, then write the report."
-        )
-    else:
-        lines.append(
-            "Plan the work, dispatch it to workers (independent tasks in parallel), review the"
-            " results, then write the report."
-        )
-    return "\n".join(lines)
 
 
 @dataclass
@@ -244,13 +194,9 @@ class JobRuntime:
                 after_tools = await iso.checkpointer(info, tree)
         task = info.task or {}
         if info.kind == Kind.LEAD:
-            from ._lead_tools import lead_tools
-
             tools: Sequence[Tool[Any]] = lead_tools(self)
             cfg = self.config
         elif info.kind == Kind.READER:
-            from ._lead_tools import reader_tools
-
             tools = reader_tools(self, target=str(task.get("reader_of", "")))
             cfg = LoopConfig(max_turns=20, timeout_s=self.config.timeout_s)
         else:
@@ -333,130 +279,19 @@ class JobRuntime:
     async def spawn_workers(
         self, *, tool_use_id: str, tasks: Sequence[dict[str, Any]]
     ) -> list[tuple[ThreadInfo, bool]]:
-        """One worker thread per task (idempotent per lead tool_use id and task index)."""
-        out = []
-        iso = await self.isolation()
-        for i, raw in enumerate(tasks):
-            task_id = str(raw.get("id") or f"task-{i + 1}")
-            tools = list(raw.get("tools") or self.job.worker.tools)
-            spec = self.job.resolve_spec(
-                str(raw.get("model") or self.job.worker_model or self.job.model)
-            )
-            parse_model_spec(spec)
-            tid = new_id()
-            ref = format_ref(tid)
-            workspace = self.job.workspace_path
-            placement: dict[str, Any] = {"workspace": str(workspace)}
-            if iso is not None:
-                tree = await iso.for_new_worker(tid, task_id)
-                workspace = tree.workspace
-                placement = tree.task_fields()
-            info, created = await self.store.spawn(
-                lead_id=self.lead_id,
-                tool_use_id=tool_use_id,
-                task_index=i,
-                task_key=task_id,
-                thread_id=tid,
-                kind=Kind.WORKER,
-                title=str(raw.get("title") or task_id),
-                task={
-                    "id": task_id,
-                    "title": str(raw.get("title") or task_id),
-                    "prompt": str(raw.get("prompt") or ""),
-                    **placement,
-                    "max_turns": self.job.worker.max_turns,
-                    "timeout_s": self.job.worker.timeout_s,
-                },
-                system_prompt=worker_system_prompt(
-                    thread_ref=ref,
-                    workspace=workspace,
-                    tools=tools,
-                    notes_from=self.job.workspace_path,
-                ),
-                tools=[*tools, SUBMIT_RESULT],
-                model=spec,
-                messages=[
-                    NewMessage.user(
-                        task_message(task_id, str(raw.get("title") or task_id), str(raw["prompt"]))
-                    )
-                ],
-            )
-            if created:
-                self.spawned.append(info.id)
-            out.append((info, created))
+        """One worker thread per task (``threads.spawn_workers``), counted in ``spawned``."""
+        out = await threads.spawn_workers(
+            self.store,
+            self.job,
+            lead_id=self.lead_id,
+            isolation=await self.isolation(),
+            tool_use_id=tool_use_id,
+            tasks=tasks,
+        )
+        self.spawned += [info.id for info, created in out if created]
         return out
 
     async def create_reader(self, target: ThreadInfo, question: str) -> ThreadInfo:
-        spec = self.job.resolve_spec(self.job.worker_model or self.job.model)
-        return await self.store.create_thread(
-            kind=Kind.READER,
-            title=f"reads {target.ref}: {question[:60]}",
-            parent_id=self.lead_id,
-            task={"reader_of": target.id, "question": question},
-            system_prompt=reader_system_prompt(target.ref),
-            tools=list(READER_TOOLS),
-            model=spec,
-            status=Status.QUEUED,
-            messages=[NewMessage.user(f"Thread to read: {target.ref}\nQuestion: {question}")],
+        return await threads.create_reader(
+            self.store, self.job, lead_id=self.lead_id, target=target, question=question
         )
-
-
-async def create_lead(
-    store: Store, job: JobSpec, *, isolation: dict[str, Any] | None = None
-) -> ThreadInfo:
-    """The lead thread of a new job. With ``[[task]]`` entries the lead's first turn — the
-    ``dispatch`` of exactly those tasks — is written here; running the lead then carries it out
-    (dispatch is replay-safe, so a crash during it is resumed, not repeated). ``isolation`` is
-    the worktree job's base (``_worktrees.JobBase.to_json()``); with it the lead gets ``merge``."""
-    messages = [NewMessage.user(lead_message(job))]
-    if job.tasks:
-        messages.append(first_dispatch(job.tasks))
-    task: dict[str, Any] = {"job": job.model_dump(mode="json")}
-    if isolation is not None:
-        task["isolation"] = isolation
-    return await store.create_thread(
-        kind=Kind.LEAD,
-        title=job.name,
-        task=task,
-        system_prompt=lead_system_prompt(),
-        tools=[*LEAD_TOOLS, *((MERGE_TOOL,) if isolation is not None else ())],
-        model=job.lead_model,
-        status=Status.QUEUED,
-        messages=messages,
-    )
-
-
-def first_dispatch(tasks: Sequence[TaskSpec]) -> NewMessage:
-    payload = [
-        {
-            k: v
-            for k, v in {
-                "id": t.id,
-                "title": t.title,
-                "prompt": t.prompt,
-                "tools": t.tools,
-                "model": t.model,
-            }.items()
-            if v is not None
-        }
-        for t in tasks
-    ]
-    return NewMessage(
-        role="assistant",
-        content=[
-            TextBlock(text=f"Dispatching the job's {len(tasks)} tasks."),
-            ToolUseBlock(
-                id=f"{ORCHESTRATOR_TOOL_ID_PREFIX}{new_id()}",
-                name="dispatch",
-                input={"tasks": payload},
-            ),
-        ],
-    )
-
-
-def job_of(lead: ThreadInfo) -> JobSpec:
-    """The job spec a lead thread was started with (stored on it)."""
-    data = (lead.task or {}).get("job")
-    if not isinstance(data, dict):
-        raise ValueError(f"{lead.ref} carries no job spec")
-    return JobSpec.model_validate(data)

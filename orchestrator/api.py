@@ -1,4 +1,4 @@
-"""The Python API — what the CLI itself uses.
+"""The Python API — what every front door (the CLI, the MCP server, the web viewer) uses.
 
 async with Orchestrator.open(".threadloom/threads.db") as orch:
     outcome = await orch.run_job("job.toml")
@@ -35,10 +35,20 @@ from workers import (
     parse_model_spec,
 )
 
-from ._isolation import record_job_base, start_job
-from ._jobfile import JobSpec, load_job
-from ._reading import DEFAULT_MAX_CHARS, Mode, Page, read_page
-from ._runtime import JobRuntime, ModelFactory, ModelKey, create_lead, job_of, model_key
+from .isolation import record_job_base, start_job
+from .jobs import JobSpec, load_job
+from .runtime import (
+    DEFAULT_MAX_CHARS,
+    JobRuntime,
+    Mode,
+    ModelFactory,
+    ModelKey,
+    Page,
+    create_lead,
+    job_of,
+    model_key,
+    read_page,
+)
 
 
 @dataclass(frozen=True, slots=True)

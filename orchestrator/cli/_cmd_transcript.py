@@ -11,8 +11,8 @@ from typing import IO, TYPE_CHECKING
 
 import click
 
-from ._errors import CliError
-from .cli import Output, command, run_command
+from ..errors import CliError
+from ._app import Output, command, run_command
 
 if TYPE_CHECKING:
     from store import Message, Store, ThreadInfo
@@ -53,7 +53,7 @@ def export(ctx: click.Context, ref: str, fmt: str, redact: bool) -> None:
     same, streamed from the store through a temporary file, so memory stays bounded (except
     with --json or --redact, which hold the whole export in memory).
     """
-    from .cli import get_app
+    from ._app import get_app
 
     as_json = get_app(ctx).json
 
@@ -101,7 +101,7 @@ async def _write_markdown(
 ) -> None:
     from store import Usage
 
-    from ._thread_view import WholeOutputs, write_markdown
+    from ._thread_text import WholeOutputs, write_markdown
 
     totals = await store.usage_totals(thread_id=info.id)
     usage = totals[0].usage if totals else Usage()
@@ -134,7 +134,7 @@ def import_(ctx: click.Context, file: str, title: str | None) -> None:
     """
     from store import parse_transcript
 
-    from .logging import get_logger
+    from ..logging import get_logger
 
     name = "<stdin>" if file == "-" else file
     text = _read_text(file, name)
@@ -206,7 +206,7 @@ def fork(
     extra = [NewMessage.user(message)] if message else []
 
     async def go(store: Store) -> Output:
-        from .logging import get_logger
+        from ..logging import get_logger
 
         src = (await store.resolve(parsed.thread)).thread
         info = await store.fork(src.id, at=parsed.start, messages=extra)

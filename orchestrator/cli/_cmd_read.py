@@ -6,13 +6,13 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ._app import Output, command, run_command
 from ._read_views import View, ls_view, search_view, show_view, tree_view
-from .cli import Output, command, run_command
 
 if TYPE_CHECKING:
     from store import Store, ThreadInfo
 
-    from ._thread_view import Mode
+    from ._thread_text import Mode
 
 STATUSES = ("idle", "queued", "running", "done", "failed", "interrupted", "cancelled")
 KINDS = ("lead", "worker", "reader")
@@ -113,7 +113,7 @@ def show(ctx: click.Context, ref: str, tools: bool, raw: bool, redact: bool) -> 
         mode: Mode = "raw" if raw else "tools" if tools else "brief"
         # outputs stored apart (too large to keep inline) are printed whole by --raw: spooled
         # now, while the store is open, and streamed when printed
-        from ._thread_view import WholeOutputs
+        from ._thread_text import WholeOutputs
 
         whole = await WholeOutputs.spool(store, msgs) if raw else None
         view = show_view(
@@ -181,7 +181,7 @@ def search(ctx: click.Context, query: str, job: str | None, limit: int) -> None:
     --json: [{ref: "T-…#seq", thread: "T-…", seq, role, snippet}].
     """
     if not query.split():
-        from ._errors import CliError
+        from ..errors import CliError
 
         raise CliError("search: the query is empty")
 

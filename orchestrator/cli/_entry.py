@@ -1,8 +1,8 @@
 """The ``threadloom`` command (the console script and ``python -m orchestrator``).
 
-``ls``, ``show``, ``search`` and ``tree`` are answered on the read-only fast path
-(``orchestrator._fast``) before click, SQLAlchemy or pydantic is imported; every other command
-line, or one the fast path declines (it then writes nothing), runs through ``orchestrator.cli``.
+``ls``, ``show``, ``search`` and ``tree`` are answered on the read-only fast path (``_fast``)
+before click, SQLAlchemy or pydantic is imported; every other command line, or one the fast
+path declines (it then writes nothing), runs through the click group (``_app``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,6 @@ def main() -> None:
     code = run_standalone(sys.argv[1:])
     if code is not None:
         sys.exit(code)
-    from .cli import main as cli_main
+    from ._app import main as cli_main
 
     cli_main(prog_name="threadloom")

@@ -1,4 +1,5 @@
-"""Worktree isolation of a job, between the store and git (``_worktrees``).
+"""Worktree isolation of a job, between the store and git (``worktrees``): the three calls
+the runtime makes around a worker's run — ``ensure``, ``checkpointer``, ``finish`` — and ``gc``.
 
 What is stored where:
 
@@ -28,9 +29,10 @@ from typing import Any
 
 import structlog
 
-from store import Result, Status, Store, ThreadInfo, format_ref
+from store import Result, Status, Store, ThreadInfo
 
-from . import _worktrees as wt
+from . import git
+from . import worktrees as wt
 
 log = structlog.get_logger("threadloom.isolation")
 
@@ -110,7 +112,7 @@ class Isolation:
         base = await job_base(lead)
         if base is None:
             return None
-        common = await wt.common_dir(base.root)
+        common = await git.common_dir(base.root)
         return cls(
             store, job_id=lead.id, base=base, worktrees=common.joinpath(*WORKTREES_DIR), db=db
         )
@@ -192,7 +194,7 @@ class Isolation:
         """The result with the worker's branch and diff stat against the job base, stored."""
         if result is None:
             return None
-        tip = await wt.resolve_commit(tree.root, f"refs/heads/{tree.branch}") or tree.base
+        tip = await git.resolve_commit(tree.root, f"refs/heads/{tree.branch}") or tree.base
         stat = await wt.diff_stat(tree.root, tree.base, tip)
         result = result.model_copy(update={"branch": tree.branch, "diff_stat": stat})
         await self.store.set_result(info.id, result)
@@ -225,70 +227,10 @@ async def start_job(workspace: Path, *, db: Path | None = None) -> wt.JobBase:
 
 
 async def record_job_base(base: wt.JobBase, job_id: str) -> None:
-    await wt.set_ref(base.root, wt.job_base_ref(job_id), base.base)
+    await git.set_ref(base.root, wt.job_base_ref(job_id), base.base)
 
 
-# ----------------------------------------------------------------- diff, merge, gc
-
-
-async def tree_of(store: Store, ref: str) -> tuple[ThreadInfo, WorkerTree, int | None]:
-    """A worker ref (``T-…`` or ``T-…#n``) → its thread, worktree record and anchor."""
-    resolved = await store.resolve(ref)
-    info = resolved.thread
-    tree = WorkerTree.of(info)
-    if tree is None:
-        raise wt.RepoStateError(
-            f'{info.ref} has no worktree: its job did not run with isolation = "worktree"'
-        )
-    if tree.thread != info.id:
-        raise wt.RepoStateError(f"{info.ref} is a fork that has not run yet: it has no files")
-    await job_base(await store.get_thread(info.job_id))
-    return info, tree, resolved.end if resolved.start is not None else None
-
-
-async def worker_diff(store: Store, ref: str, *, stat: bool = False) -> dict[str, Any]:
-    """The worker's work against the job base: its branch, or its files at message n."""
-    info, tree, at = await tree_of(store, ref)
-    if at is not None:
-        found = await store.checkpoint_at(info.id, at)
-        tip = found[1] if found else tree.base
-        label = f"{format_ref(info.id, at)}"
-    else:
-        tip = await wt.resolve_commit(tree.root, f"refs/heads/{tree.branch}") or tree.base
-        label = tree.branch
-    text = await wt.diff(tree.root, tree.base, tip, stat=stat)
-    return {
-        "ref": info.ref,
-        "branch": tree.branch,
-        "base": tree.base,
-        "tip": tip,
-        "of": label,
-        "diff": text,
-    }
-
-
-async def merge_refs(store: Store, refs: list[str], *, into: str | None = None) -> wt.MergeReport:
-    """Merge the branches of the worker refs into ``into`` (default: the job branch
-    ``threadloom/<job id>/merged``, created at the job base). Conflicts are reported, never
-    resolved."""
-    if not refs:
-        raise wt.RepoStateError("merge needs at least one worker ref")
-    items: list[wt.MergeItem] = []
-    trees: list[WorkerTree] = []
-    jobs: set[str] = set()
-    for ref in refs:
-        info, tree, _ = await tree_of(store, ref)
-        items.append(wt.MergeItem(label=info.ref, branch=tree.branch))
-        trees.append(tree)
-        jobs.add(info.job_id)
-    roots = {t.root for t in trees}
-    if len(roots) > 1:
-        raise wt.RepoStateError("the refs' worktrees belong to different repositories")
-    if into is None:
-        if len(jobs) > 1:
-            raise wt.RepoStateError("the refs belong to different jobs: name a branch with --into")
-        into = wt.merged_branch(next(iter(jobs)))
-    return await wt.merge(trees[0].root, items, into=into, start=trees[0].base)
+# ----------------------------------------------------------------- gc
 
 
 @dataclass

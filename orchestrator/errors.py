@@ -1,4 +1,14 @@
-"""Exit codes, and the one table that maps every error to one.
+"""The orchestrator's errors, and how every error — ours, the store's, the workers' — becomes an
+exit code.
+
+The orchestrator's own error tree; each class carries its exit code (``exit_code``)::
+
+    OrchestratorError              exit 1
+    ├── CliError                   exit 2, or the code it is given (a front door's own errors)
+    ├── JobFileError (ValueError)  exit 2: a job file that cannot be run (``jobs``)
+    ├── ReadError (ValueError)     exit 2: a page that cannot be read as asked (``runtime.pages``)
+    └── WorktreeError              exit 1: git itself failed (``isolation``)
+        └── RepoStateError         exit 2: the repository cannot be isolated as asked
 
 SPEC §Command line: ``0`` success; ``1`` the job or thread ran but ended failed, interrupted,
 cancelled or over budget (and any error nobody foresaw); ``2`` bad usage or bad input; ``3`` not
@@ -9,7 +19,8 @@ An exception's code is found by walking its class's MRO through ``EXIT_CODES`` (
 ``workers.errors.ModelError`` without pulling the worker runtime into ``threadloom ls``). An
 exception class may instead carry an integer ``exit_code`` attribute (as ``CliError`` and click's
 exceptions do); that wins. New error types join by adding a line here or by setting
-``exit_code`` on the class.
+``exit_code`` on the class. This module imports nothing of the package: every layer may raise
+its errors.
 """
 
 from __future__ import annotations
@@ -42,19 +53,47 @@ EXIT_CODES: Final[dict[str, int]] = {
     "workers.errors.ScriptError": EXIT_USAGE,
     "workers.errors.ModelError": EXIT_PROVIDER,
     "workers.tools._sandbox.SandboxUnavailable": EXIT_USAGE,
-    # the orchestrator
-    "orchestrator._jobfile.JobFileError": EXIT_USAGE,
-    "orchestrator._worktrees.RepoStateError": EXIT_USAGE,  # the repository can't be isolated
-    "orchestrator._worktrees.WorktreeError": EXIT_FAILED,  # git itself failed
+    # the orchestrator's own errors carry their code (``exit_code``, below)
 }
 
 
-class CliError(Exception):
+class OrchestratorError(Exception):
+    """The root of the orchestrator's errors."""
+
+    exit_code: int = EXIT_FAILED
+
+
+class CliError(OrchestratorError):
     """A one-line error raised by a command itself: bad flag combinations, unreadable files…"""
 
     def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class JobFileError(OrchestratorError, ValueError):
+    """A job file that cannot be run; the message is one line naming file, line and key."""
+
+    exit_code = EXIT_USAGE
+
+
+class ReadError(OrchestratorError, ValueError):
+    """A page of a thread that cannot be read as asked (a bad mode, pattern or page ref)."""
+
+    exit_code = EXIT_USAGE
+
+
+class WorktreeError(OrchestratorError):
+    """A git operation of worktree isolation failed."""
+
+    exit_code = EXIT_FAILED
+
+
+class RepoStateError(WorktreeError):
+    """The user's repository cannot be isolated as asked (not a repository, a merge in
+    progress, a branch checked out elsewhere …); the message says why and what to do."""
+
+    exit_code = EXIT_USAGE
 
 
 def exit_code_for(exc: BaseException) -> int:

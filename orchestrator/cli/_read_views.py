@@ -14,20 +14,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..views import fork_json, message_json, result_json, thread_json, usage_json
 from ._render import Column, Printer, age, compact, one_line, status_cell
-from ._thread_view import (
-    fork_json,
-    message_json,
-    render_header,
-    render_messages,
-    render_result,
-    result_json,
-    thread_json,
-    usage_json,
-)
+from ._thread_text import render_header, render_messages, render_result
 
 if TYPE_CHECKING:
-    from ._thread_view import AnyMessage, AnyThread, AnyUsage, Mode, WholeOutputs
+    from ..views import AnyMessage, AnyThread, AnyUsage
+    from ._thread_text import Mode, WholeOutputs
 
 SNIPPET_WIDTH = 160
 _MATCH = re.compile(r"\[([^\[\]]*)\]")

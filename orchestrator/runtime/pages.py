@@ -31,15 +31,13 @@ from store import (
     format_ref,
 )
 
+from ..errors import ReadError
+
 Mode = Literal["messages", "overview", "tool_outputs", "grep"]
 DEFAULT_MAX_CHARS = 12_000
 MIN_MAX_CHARS = 500
 MAX_MAX_CHARS = 100_000
 _GREP_LINE_CHARS = 300
-
-
-class ReadError(ValueError):
-    pass
 
 
 @dataclass(frozen=True, slots=True)

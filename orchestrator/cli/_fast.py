@@ -20,7 +20,7 @@ Both paths render through the same builders (``_read_views``), so text, ``--json
 (bad ref: exit 2; unknown or ambiguous: exit 3, with the candidates) are byte-identical;
 ``tests/orchestrator/test_fast_read.py`` runs both on one database and compares them.
 
-Two entries: the ``threadloom`` command itself (``_fast_entry.main``, the console script and
+Two entries: the ``threadloom`` command itself (``_entry.main``, the console script and
 ``python -m orchestrator``) calls ``run_standalone`` before click is imported (click and the CLI
 module cost ~25 ms of a ~100 ms budget), writing through ``_emit``/``_report`` —
 ``cli.emit``/``cli.report_error`` for the cases met here, without click. In-process callers
@@ -152,7 +152,7 @@ _ATTEMPTED = False  # the early attempt declined: the one in ThreadloomGroup.mai
 
 
 def run_standalone(argv: Sequence[str]) -> int | None:
-    """Run ``argv`` in the ``threadloom`` process itself (``_fast_entry.main``), before click is
+    """Run ``argv`` in the ``threadloom`` process itself (``_entry.main``), before click is
     imported: the exit code, or None when the full path must run it (then ``attempt`` declines
     at once in ``ThreadloomGroup.main``, so nothing is tried twice)."""
     global _ATTEMPTED
@@ -201,7 +201,7 @@ def attempt(argv: Sequence[str], *, standalone: bool = False) -> int | None:
     _trace(taken=True)
     if standalone:
         return _emit(view, as_json=args.json)
-    from .cli import AppContext, Output, emit
+    from ._app import AppContext, Output, emit
 
     emit(
         AppContext(json=args.json),
@@ -232,7 +232,7 @@ def _emit(view: View, *, as_json: bool) -> int:
     except BrokenPipeError:
         silence_stdout()
     except OSError as err:
-        from ._errors import EXIT_FAILED, CliError
+        from ..errors import EXIT_FAILED, CliError
 
         return _report(
             CliError(f"cannot write the output: {err.strerror or err}", EXIT_FAILED),
@@ -244,7 +244,7 @@ def _emit(view: View, *, as_json: bool) -> int:
 def _report(exc: BaseException, *, json_mode: bool) -> int:
     from store import redact
 
-    from ._errors import exit_code_for, one_line
+    from ..errors import exit_code_for, one_line
     from ._render import visible, write_error
 
     code, message = exit_code_for(exc), visible(redact(one_line(exc)))

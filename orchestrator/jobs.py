@@ -17,11 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from workers.tools import DEFAULT_WORKER_TOOLS, TOOL_REGISTRY
 
+from .errors import JobFileError
+
 DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
-
-
-class JobFileError(ValueError):
-    """A job file that cannot be run; the message is one line naming file, line and key."""
 
 
 class _Strict(BaseModel):

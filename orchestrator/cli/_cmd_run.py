@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ._errors import EXIT_FAILED, EXIT_OK, EXIT_PROVIDER, CliError
-from .cli import AppContext, Output, command, get_app, open_store, run_async
+from ..errors import EXIT_FAILED, EXIT_OK, EXIT_PROVIDER, CliError
+from ._app import AppContext, Output, command, get_app, open_store, run_async
 
 if TYPE_CHECKING:
-    from ._api import JobOutcome, Orchestrator
+    from ..api import JobOutcome, Orchestrator
     from ._render import Printer
 
 
@@ -90,9 +90,9 @@ async def _orchestrate(
     env: dict[str, str] | None = None,
     hints: Callable[[JobOutcome], list[str]] | None = None,
 ) -> Output:
-    from ._api import Orchestrator
+    from ..api import Orchestrator
+    from ..logging import set_job_log_dir
     from ._progress import Progress
-    from .logging import set_job_log_dir
 
     store = await open_store(app)
     db_file = store.db.path
@@ -160,7 +160,7 @@ def run(
     """Run a job file to the end: the lead dispatches the tasks to workers, reviews their
     results and writes the report. Shows live progress on a terminal."""
     app = get_app(ctx)
-    from ._jobfile import load_job
+    from ..jobs import load_job
 
     job = load_job(
         job_file,
@@ -189,7 +189,7 @@ def demo(ctx: click.Context, keep: str | None) -> None:
     scripted model: no API key, no network. Three workers fix three bugs in parallel; the lead
     reads one worker's transcript by ref and writes the report."""
     app = get_app(ctx)
-    from ._jobfile import load_job
+    from ..jobs import load_job
 
     bundle = resources.files("orchestrator").joinpath("demo")
     if keep:
@@ -258,7 +258,7 @@ def run_fork(ctx: click.Context, ref: str, message: str | None, model: str | Non
         _check_spec(model)
 
     async def go(orch: Orchestrator) -> JobOutcome:
-        from ._api import JobOutcome
+        from ..api import JobOutcome
 
         out = await orch.fork(ref, message, model=model, run=True)
         assert isinstance(out, JobOutcome)

@@ -1,0 +1,203 @@
+"""Creating a job's threads: the lead (with its first ``dispatch`` when the job file lists
+tasks), one worker per dispatched task, a reader per ``ask_thread`` — what each is told, which
+tools and model it gets. Running them is ``job.JobRuntime``'s part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from store import (
+    Kind,
+    NewMessage,
+    Status,
+    Store,
+    TextBlock,
+    ThreadInfo,
+    ToolUseBlock,
+    format_ref,
+    new_id,
+)
+from workers import ORCHESTRATOR_TOOL_ID_PREFIX, SUBMIT_RESULT, worker_system_prompt
+from workers.providers import parse_model_spec
+
+from ..isolation import Isolation
+from ..jobs import JobSpec, TaskSpec
+from .prompts import lead_system_prompt, reader_system_prompt
+
+LEAD_TOOLS = (
+    "dispatch",
+    "read_thread",
+    "ask_thread",
+    "search_threads",
+    "resume_thread",
+    "fork_thread",
+)
+MERGE_TOOL = "merge"  # lead tool of worktree jobs only
+READER_TOOLS = ("read_thread",)
+
+
+def task_message(task_id: str, title: str, prompt: str) -> str:
+    """A worker's first message (the scripted demo matches on its first line)."""
+    return f"Task {task_id}: {title}\n\n{prompt}"
+
+
+def lead_message(job: JobSpec) -> str:
+    lines = [f"Job: {job.name}", f"Goal: {job.goal}", f"Workspace: {job.workspace_path}"]
+    if job.isolation == "worktree":
+        lines.append(
+            "Isolation: each worker works in its own git worktree and branch; its result names"
+            " the branch and diff stat. Use merge to combine branches into the job branch."
+        )
+    if job.tasks:
+        lines.append(
+            f"The job file defines {len(job.tasks)} tasks; they are being dispatched now."
+            " Review the results, read transcripts where you need to, then write the report."
+        )
+    else:
+        lines.append(
+            "Plan the work, dispatch it to workers (independent tasks in parallel), review the"
+            " results, then write the report."
+        )
+    return "\n".join(lines)
+
+
+async def spawn_workers(
+    store: Store,
+    job: JobSpec,
+    *,
+    lead_id: str,
+    isolation: Isolation | None,
+    tool_use_id: str,
+    tasks: Sequence[dict[str, Any]],
+) -> list[tuple[ThreadInfo, bool]]:
+    """One worker thread per task (idempotent per lead tool_use id and task index): (thread,
+    created now). ``isolation``: the job's worktree isolation, which places each worker."""
+    out = []
+    iso = isolation
+    for i, raw in enumerate(tasks):
+        task_id = str(raw.get("id") or f"task-{i + 1}")
+        tools = list(raw.get("tools") or job.worker.tools)
+        spec = job.resolve_spec(str(raw.get("model") or job.worker_model or job.model))
+        parse_model_spec(spec)
+        tid = new_id()
+        ref = format_ref(tid)
+        workspace = job.workspace_path
+        placement: dict[str, Any] = {"workspace": str(workspace)}
+        if iso is not None:
+            tree = await iso.for_new_worker(tid, task_id)
+            workspace = tree.workspace
+            placement = tree.task_fields()
+        info, created = await store.spawn(
+            lead_id=lead_id,
+            tool_use_id=tool_use_id,
+            task_index=i,
+            task_key=task_id,
+            thread_id=tid,
+            kind=Kind.WORKER,
+            title=str(raw.get("title") or task_id),
+            task={
+                "id": task_id,
+                "title": str(raw.get("title") or task_id),
+                "prompt": str(raw.get("prompt") or ""),
+                **placement,
+                "max_turns": job.worker.max_turns,
+                "timeout_s": job.worker.timeout_s,
+            },
+            system_prompt=worker_system_prompt(
+                thread_ref=ref,
+                workspace=workspace,
+                tools=tools,
+                notes_from=job.workspace_path,
+            ),
+            tools=[*tools, SUBMIT_RESULT],
+            model=spec,
+            messages=[
+                NewMessage.user(
+                    task_message(task_id, str(raw.get("title") or task_id), str(raw["prompt"]))
+                )
+            ],
+        )
+        out.append((info, created))
+    return out
+
+
+async def create_reader(
+    store: Store, job: JobSpec, *, lead_id: str, target: ThreadInfo, question: str
+) -> ThreadInfo:
+    """A reader thread of the job: a fresh context that answers ``question`` about ``target``
+    (SPEC ``ask_thread``), on the workers' model."""
+    spec = job.resolve_spec(job.worker_model or job.model)
+    return await store.create_thread(
+        kind=Kind.READER,
+        title=f"reads {target.ref}: {question[:60]}",
+        parent_id=lead_id,
+        task={"reader_of": target.id, "question": question},
+        system_prompt=reader_system_prompt(target.ref),
+        tools=list(READER_TOOLS),
+        model=spec,
+        status=Status.QUEUED,
+        messages=[NewMessage.user(f"Thread to read: {target.ref}\nQuestion: {question}")],
+    )
+
+
+async def create_lead(
+    store: Store, job: JobSpec, *, isolation: dict[str, Any] | None = None
+) -> ThreadInfo:
+    """The lead thread of a new job. With ``[[task]]`` entries the lead's first turn — the
+    ``dispatch`` of exactly those tasks — is written here; running the lead then carries it out
+    (dispatch is replay-safe, so a crash during it is resumed, not repeated). ``isolation`` is
+    the worktree job's base (``isolation.JobBase.to_json()``); with it the lead gets ``merge``."""
+    messages = [NewMessage.user(lead_message(job))]
+    if job.tasks:
+        messages.append(first_dispatch(job.tasks))
+    task: dict[str, Any] = {"job": job.model_dump(mode="json")}
+    if isolation is not None:
+        task["isolation"] = isolation
+    return await store.create_thread(
+        kind=Kind.LEAD,
+        title=job.name,
+        task=task,
+        system_prompt=lead_system_prompt(),
+        tools=[*LEAD_TOOLS, *((MERGE_TOOL,) if isolation is not None else ())],
+        model=job.lead_model,
+        status=Status.QUEUED,
+        messages=messages,
+    )
+
+
+def first_dispatch(tasks: Sequence[TaskSpec]) -> NewMessage:
+    payload = [
+        {
+            k: v
+            for k, v in {
+                "id": t.id,
+                "title": t.title,
+                "prompt": t.prompt,
+                "tools": t.tools,
+                "model": t.model,
+            }.items()
+            if v is not None
+        }
+        for t in tasks
+    ]
+    return NewMessage(
+        role="assistant",
+        content=[
+            TextBlock(text=f"Dispatching the job's {len(tasks)} tasks."),
+            ToolUseBlock(
+                id=f"{ORCHESTRATOR_TOOL_ID_PREFIX}{new_id()}",
+                name="dispatch",
+                input={"tasks": payload},
+            ),
+        ],
+    )
+
+
+def job_of(lead: ThreadInfo) -> JobSpec:
+    """The job spec a lead thread was started with (stored on it)."""
+    data = (lead.task or {}).get("job")
+    if not isinstance(data, dict):
+        raise ValueError(f"{lead.ref} carries no job spec")
+    return JobSpec.model_validate(data)
