@@ -121,7 +121,7 @@ async def _add_running_threads(db: Path, lead: str) -> tuple[str, str]:
                 messages=[NewMessage.user(f"{title}: work in progress")],
             )
             await store.set_status(t.id, Status.RUNNING)
-            await store.acquire_lease(t.id, owner, ttl_s=3600)
+            await store.leases.acquire(t.id, owner, ttl_s=3600)
             out.append(t.id)
         return out[0], out[1]
     finally:
