@@ -268,7 +268,7 @@ _USAGE_SQL = (
 def usage_totals(
     conn: sqlite3.Connection, *, thread_id: str | None = None, job_id: str | None = None
 ) -> list[RawUsageTotal]:
-    """``Store.usage_totals``: usage summed per thread — the same SQL, so the same sums in
+    """``store.usage.totals``: usage summed per thread — the same SQL, so the same sums in
     the same order (floating-point cost sums depend on it)."""
     sql, params = _USAGE_SQL, list[Any]([0, 0, 0, 0, 0.0])
     where = []
