@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -95,15 +96,17 @@ def allowed_hosts(host: str) -> list[str] | None:
     return None
 
 
-def create_app(db: str, *, hosts: Sequence[str] | None = None) -> ASGIApp:
-    """The viewer over the database ``db`` (a path or URL, as ``--db``); ``hosts``: the Host
-    names to answer (None: any)."""
+def create_app(
+    db: str, *, hosts: Sequence[str] | None = None, create_dirs: bool = False
+) -> ASGIApp:
+    """The viewer over the database ``db`` (a path or URL, as ``--db``; ``create_dirs`` as for
+    ``Orchestrator.open``); ``hosts``: the Host names to answer (None: any)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         from orchestrator import Orchestrator
 
-        async with await Orchestrator.open(db) as orch:
+        async with await Orchestrator.open(db, create_dirs=create_dirs) as orch:
             app.state.store = orch.store
             yield
 
@@ -304,18 +307,32 @@ async def events(request: Request) -> Response:
 # ----------------------------------------------------------------- serving
 
 
-def serve(db: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
-    """Serve the viewer until Ctrl-C (uvicorn; one line on stderr says where)."""
+def serve(
+    db: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, create_dirs: bool = False
+) -> None:
+    """Serve the viewer until Ctrl-C (uvicorn; one line on stderr says where). The socket is
+    bound here first, so an address in use is an ``OSError`` naming it, raised before anything
+    is served (uvicorn would log it and exit)."""
+    import socket
+
     import uvicorn
 
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        sock = socket.create_server((host, port), family=family)
+    except OSError as err:
+        why = os.strerror(err.errno) if err.errno else str(err)
+        raise OSError(err.errno, f"cannot listen on {host}:{port}: {why}") from None
     config = uvicorn.Config(
-        create_app(db, hosts=allowed_hosts(host)),
-        host=host,
-        port=port,
+        create_app(db, hosts=allowed_hosts(host), create_dirs=create_dirs),
         log_level="warning",
         lifespan="on",
     )
     shown_host = f"[{host}]" if ":" in host else host
-    sys.stderr.write(f"threadloom: serving http://{shown_host}:{port}/ (read-only; Ctrl-C stops)\n")
+    bound_port = sock.getsockname()[1]
+    sys.stderr.write(
+        f"threadloom: serving http://{shown_host}:{bound_port}/ (read-only; Ctrl-C stops)\n"
+    )
     sys.stderr.flush()
-    uvicorn.Server(config).run()
+    with sock:
+        uvicorn.Server(config).run(sockets=[sock])
