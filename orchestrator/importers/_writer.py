@@ -28,6 +28,7 @@ from typing import Any
 
 from store import Kind, NewMessage, Store, ThreadInfo, UsageRecord, format_ref
 
+from ..views import source_json
 from ._draft import Branch, Session, common_prefix, fingerprint, fork_point
 
 
@@ -142,8 +143,8 @@ class Writer:
             lcp = common_prefix(k.prints, p.prints)
             if lcp > shared:
                 shared, origin = lcp, k
-        if origin is not None and shared == total:
-            return None  # every message of this branch is stored already
+        if origin is not None and shared == total:  # every message of it is stored already
+            return self._written(origin, 0) if origin in known else None
         if origin is not None and origin in known and shared == len(origin.prints or ()):
             return await self._extend(s, origin, branch, p, shared)
         at = fork_point(branch.messages, shared) if origin is not None else 0
@@ -228,12 +229,16 @@ class Writer:
             await self._append(k.info.id, new, usage)
             k.info = await self.store.get_thread(k.info.id)
         k.head, k.digest, k.prints = total, p.prefix[total], list(p.prints)
+        return self._written(k, len(new))
+
+    @staticmethod
+    def _written(k: _Known, added: int) -> Written:
         parent = k.info.parent_id
         return Written(
             k.info,
             parent=None if parent is None else format_ref(parent),
-            source=_public(k.info.task),
-            added=len(new),
+            source=source_json(k.info.task) or {},
+            added=added,
             created=False,
         )
 
@@ -267,13 +272,6 @@ class Writer:
         for r in results:
             if isinstance(r, BaseException):
                 raise r
-
-
-def _public(task: dict[str, Any] | None) -> dict[str, Any]:
-    """``source`` as ``show --json`` prints it (what it names, not the import bookkeeping)."""
-    src = dict((task or {}).get("source") or {})
-    src.pop("imported", None)
-    return src
 
 
 def _worker_tools() -> list[str]:

@@ -192,7 +192,7 @@ def _session(
         # a resumed session's file starts with lines copied from the one it continues
         fork_parent_key=f"{FORMAT}:{copied}" if copied else None,
         created_ms=created,
-        model=model,
+        model=f"anthropic:{model}" if model else None,  # a threadloom model spec: resumable
         skipped=data.skipped,
         chain=chain,
     )

@@ -102,6 +102,8 @@ class _Rollout:
         for k in ("cwd", "cli_version", "originator"):
             if isinstance(self.meta.get(k), str):
                 source[k] = self.meta[k]
+        if self.model:  # an OpenAI model name, not a threadloom spec (which needs an endpoint)
+            source["model"] = self.model
         if self.unmodeled:
             source["unmodeled"] = dict(sorted(self.unmodeled.items()))
         forked = self.meta.get("forked_from_id")
@@ -120,7 +122,6 @@ class _Rollout:
             parent_key=f"{FORMAT}:{parent}" if isinstance(parent, str) else None,
             fork_parent_key=f"{FORMAT}:{forked}" if isinstance(forked, str) else None,
             created_ms=created,
-            model=self.model,
             skipped=self.data.skipped,
         )
 

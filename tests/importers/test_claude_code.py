@@ -176,7 +176,7 @@ async def test_reimport_adds_only_what_is_new(tmp_path: Path, store: Store) -> N
     (g,) = grown.threads
     assert g.info.id == t.info.id and g.added == 2 and g.info.head_seq == 6
     assert len(await store.list_threads()) == 1
-    totals = await store.usage_totals(thread_id=t.info.id)
+    totals = await store.usage.totals(thread_id=t.info.id)
     assert totals[0].usage.input_tokens == 100 + 10 + 10
 
 

@@ -57,7 +57,7 @@ def test_detects_codex_and_converts_calls_results_and_reasoning(tmp_path: Path) 
 async def test_token_counts_become_usage_rows(tmp_path: Path, store: Store) -> None:
     session(tmp_path).write()
     (t,) = (await import_sessions(store, tmp_path)).threads
-    (total,) = await store.usage_totals(thread_id=t.info.id)
+    (total,) = await store.usage.totals(thread_id=t.info.id)
     assert total.responses == 1
     assert total.usage.input_tokens == 200 and total.usage.cache_read_input_tokens == 800
     assert total.usage.output_tokens == 50
