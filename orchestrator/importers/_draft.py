@@ -16,6 +16,7 @@ order of the conversation and gives back messages that ``check_append`` accepts:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Sequence
@@ -243,10 +244,29 @@ def _add(a: UsageRecord, b: UsageRecord) -> UsageRecord:
 
 def usage_record(model: str | None, usage: Usage) -> UsageRecord:
     """A usage row priced like threadloom's own (0.0 for a model without a known price)."""
+    name = model or "unknown"
+    rates = _rates(name)
+    cost = (
+        usage.input_tokens * rates[0]
+        + usage.output_tokens * rates[1]
+        + usage.cache_read_input_tokens * rates[2]
+        + usage.cache_creation_input_tokens * rates[3]
+    )
+    return UsageRecord(model=name, usage=usage, cost_usd=cost)
+
+
+@functools.lru_cache(maxsize=256)
+def _rates(model: str) -> tuple[float, float, float, float]:
+    """``workers.providers.cost_usd`` of one token of each kind: it is linear in the counts,
+    and looking the price up once per model, not once per row, is most of an import's cost."""
     from workers.providers import cost_usd
 
-    name = model or "unknown"
-    return UsageRecord(model=name, usage=usage, cost_usd=cost_usd(name, usage))
+    return (
+        cost_usd(model, Usage(input_tokens=1)),
+        cost_usd(model, Usage(output_tokens=1)),
+        cost_usd(model, Usage(cache_read_input_tokens=1)),
+        cost_usd(model, Usage(cache_creation_input_tokens=1)),
+    )
 
 
 def fingerprint(message: NewMessage) -> str:

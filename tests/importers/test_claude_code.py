@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from orchestrator.importers import COMPACTION_MARK, NO_RESULT, import_sessions, parse
 from store import Kind, Store, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from tests.importers.fixtures import ClaudeSession
+from workers.providers import cost_usd
 
 
 def basic(project: Path) -> ClaudeSession:
@@ -178,6 +181,8 @@ async def test_reimport_adds_only_what_is_new(tmp_path: Path, store: Store) -> N
     assert len(await store.list_threads()) == 1
     totals = await store.usage.totals(thread_id=t.info.id)
     assert totals[0].usage.input_tokens == 100 + 10 + 10
+    priced = cost_usd("claude-sonnet-4-5-20250929", totals[0].usage)
+    assert priced > 0 and totals[0].cost_usd == pytest.approx(priced)
 
 
 async def test_reimport_after_a_rewind_forks_and_keeps_the_old_main(
