@@ -154,9 +154,10 @@ def _session(
             summaries.append((str(e.get("leafUuid")), e["summary"]))
             continue
         uid = e.get("uuid")
-        if kind_of not in _MESSAGE_TYPES or not isinstance(uid, str):
+        if kind_of not in _MESSAGE_TYPES:
             unmodeled[f"line:{kind_of}"] += 1
-            continue
+        if not isinstance(uid, str):
+            continue  # a line of any type with a uuid is a link of the chain, kept as one
         if uid in nodes:
             unmodeled["duplicate uuid"] += 1
             continue
@@ -252,12 +253,17 @@ class _Chain:
 
 
 def _leaves(nodes: dict[str, _Node]) -> list[str]:
-    """Leaves of the chain forest, the main one (newest in the file) first, then the others
-    newest first; a leaf whose line is a sidechain never leads."""
+    """Leaves of the chain forest, the main one first — the newest in the file that is a
+    message of the conversation (not a sidechain's, not a progress or system line hanging off
+    an earlier message) — then the others, newest first."""
     has_child = {n.parent for n in nodes.values() if n.parent in nodes}
     leaves = [u for u in nodes if u not in has_child]
-    leaves.sort(key=lambda u: (not nodes[u].entry.get("isSidechain"), nodes[u].index))
-    leaves.reverse()
+
+    def rank(u: str) -> tuple[bool, int]:
+        e = nodes[u].entry
+        return (e.get("type") in ("user", "assistant") and not e.get("isSidechain"), nodes[u].index)
+
+    leaves.sort(key=rank, reverse=True)
     return leaves
 
 

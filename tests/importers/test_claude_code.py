@@ -237,3 +237,38 @@ async def test_compaction_continuing_in_a_new_file_forks_from_the_old_one(
     again = await import_sessions(store, tmp_path)
     assert sum(w.added for w in again.threads) == 0
     assert len(await store.list_threads()) == 2
+
+
+def test_progress_lines_in_the_chain_neither_break_it_nor_lead(tmp_path: Path) -> None:
+    s = ClaudeSession(tmp_path)
+    s.user("run the hook")
+    s.entry("progress", data={"type": "hook_progress"})  # a link of the chain
+    s.text("hooked", msg_id="a1")
+    answer = s.last
+    s.user("more")
+    s.text("done", msg_id="a2")
+    s.entry("progress", parent=answer, data={"type": "hook_progress"})  # newest, off the line
+    s.write()
+    (sess,), _ = parse(tmp_path)
+    assert [m.text for m in sess.branches[0].messages] == ["run the hook", "hooked", "more", "done"]
+    assert sess.source["unmodeled"]["line:progress"] == 2
+
+
+async def test_a_tool_results_symlink_out_of_the_session_is_not_followed(
+    tmp_path: Path, store: Store
+) -> None:
+    secret = tmp_path / "outside.txt"
+    secret.write_text("not for the transcript")
+    s = ClaudeSession(tmp_path / "p")
+    s.user("go")
+    s.call("tu1", "Bash", {"command": "x"}, msg_id="m1")
+    marker = s.tool_output("tu1", "whole")
+    (s.dir / "tool-results" / "tu1.txt").unlink()
+    (s.dir / "tool-results" / "tu1.txt").symlink_to(secret)
+    s.result("tu1", marker.replace(str(s.dir / "tool-results" / "tu1.txt"), str(secret)))
+    s.write()
+    report = await import_sessions(store, tmp_path / "p")
+    msgs = await store.messages(report.threads[0].info.id)
+    text = msgs[2].tool_results()[0].text
+    assert "not for the transcript" not in text and "<persisted-output>" in text
+    assert report.threads[0].source["unmodeled"]["persisted output missing"] == 1
