@@ -272,3 +272,18 @@ async def test_a_tool_results_symlink_out_of_the_session_is_not_followed(
     text = msgs[2].tool_results()[0].text
     assert "not for the transcript" not in text and "<persisted-output>" in text
     assert report.threads[0].source["unmodeled"]["persisted output missing"] == 1
+
+
+def test_title_from_a_summary_of_this_file_only(tmp_path: Path) -> None:
+    s = ClaudeSession(tmp_path)
+    s.raw({"type": "summary", "summary": "Another session's summary", "leafUuid": "not-here"})
+    s.user("hello there")
+    leaf = s.text("hi", msg_id="a1")
+    s.raw({"type": "summary", "summary": "Greetings exchanged", "leafUuid": leaf})
+    s.write()
+    (sess,), _ = parse(tmp_path)
+    assert sess.title == "Greetings exchanged"
+    s.lines.pop()
+    s.write()
+    (sess,), _ = parse(tmp_path)
+    assert sess.title == "hello there"

@@ -160,3 +160,42 @@ def test_unreadable_lines_are_skipped_and_counted(tmp_path: Path) -> None:
     (s,), report = parse(tmp_path)
     assert report.skipped == 2
     assert [m.text for m in s.branches[0].messages] == ["hi", "hello"]
+
+
+def test_output_shapes_and_local_shell_calls(tmp_path: Path) -> None:
+    r = CodexRollout(tmp_path)
+    r.user("go")
+    r.item(
+        type="local_shell_call",
+        call_id="ls1",
+        status="completed",
+        action={"type": "exec", "command": ["ls", "-a"]},
+    )
+    r.item(
+        type="local_shell_call_output",
+        call_id="ls1",
+        output={"content": "permission denied", "success": False},
+    )
+    r.call("f1", "shell", {"command": ["cat", "x"]})
+    r.item(
+        type="function_call_output",
+        call_id="f1",
+        output=[
+            {"type": "input_text", "text": "part one"},
+            {"type": "input_image", "image_url": "data:..."},
+        ],
+    )
+    r.call("f2", "shell", {})
+    r.item(type="function_call", name="broken", arguments="{not json", call_id="f3")
+    r.write()
+    (s,), _ = parse(tmp_path)
+    msgs = s.branches[0].messages
+    shell = msgs[1].content[0]
+    assert isinstance(shell, ToolUseBlock) and shell.name == "local_shell"
+    assert shell.input == {"type": "exec", "command": ["ls", "-a"]}
+    (denied,) = msgs[2].tool_results()
+    assert denied.is_error and denied.text == "permission denied"
+    (parts,) = msgs[4].tool_results()
+    assert parts.text.startswith("part one\n[input_image block]")
+    broken = msgs[5].content[1]
+    assert isinstance(broken, ToolUseBlock) and broken.input == {"arguments": "{not json"}
