@@ -32,6 +32,8 @@ class JsonLines:
                 continue
             try:
                 obj = json.loads(line)
+                if "\\ud" in line.lower() or line.count("[") + line.count("{") > MAX_DEPTH:
+                    obj = _storable(obj)
             except (ValueError, RecursionError):
                 out.skipped += 1
                 continue
@@ -40,6 +42,25 @@ class JsonLines:
             else:
                 out.skipped += 1
         return out
+
+
+MAX_DEPTH = 64
+"""How deep a line's JSON may nest (threadloom's own transcripts allow as much): a deeper line
+is skipped, as unreadable; the store could not keep it."""
+
+
+def _storable(obj: Any, depth: int = 0) -> Any:
+    """``obj`` with every lone surrogate (JSON can escape one; UTF-8 cannot hold it) replaced;
+    ValueError when it nests deeper than ``MAX_DEPTH``."""
+    if depth > MAX_DEPTH:
+        raise ValueError("nested too deeply")
+    if isinstance(obj, str):
+        return obj.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(obj, list):
+        return [_storable(v, depth + 1) for v in obj]
+    if isinstance(obj, dict):
+        return {_storable(k, depth + 1): _storable(v, depth + 1) for k, v in obj.items()}
+    return obj
 
 
 def read_lines(path: Path) -> JsonLines:

@@ -222,61 +222,68 @@ def link(sessions: list[Session]) -> None:
 
 
 class _Chain:
-    """A file's messages as a forest of ``parentUuid`` links; ``dangling`` is the first
-    message outside the file that one of its chains continues from."""
+    """A file's messages as a forest of ``parentUuid`` links (``links``: uuid → parent uuid).
+
+    A parent outside the file is either where the file's first message goes on from (another
+    file's message: ``dangling``, for ``link``) or, further down, a line that could not be read:
+    then the message hangs on the one before it in the file, so one lost line does not cut the
+    conversation in two."""
 
     def __init__(self, nodes: dict[str, _Node], conv: _Converter) -> None:
         self.nodes = nodes
         self.conv = conv
-        self.dangling = next(
-            (n.parent for n in nodes.values() if n.parent is not None and n.parent not in nodes),
-            None,
-        )
+        self.dangling: str | None = None
+        self.root: str | None = None
+        self.links: dict[str, str | None] = {}
+        prev: str | None = None
+        for uid, n in sorted(nodes.items(), key=lambda kv: kv[1].index):
+            if n.parent is None or n.parent in nodes:
+                self.links[uid] = n.parent
+            elif prev is None:
+                self.links[uid] = None
+                self.dangling = n.parent
+                self.root = uid
+            else:
+                self.links[uid] = prev
+                conv.unmodeled["parent line missing"] += 1
+            prev = uid
 
     def path(self, leaf: str) -> list[dict[str, Any]]:
-        return _path(self.nodes, leaf)
+        out: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        cur: str | None = leaf
+        while cur is not None and cur in self.nodes and cur not in seen:
+            seen.add(cur)
+            out.append(self.nodes[cur].entry)
+            cur = self.links[cur]
+        out.reverse()
+        return out
 
     def branches(self, prefix: list[dict[str, Any]] | None = None) -> list[Branch]:
         out: list[Branch] = []
-        for n, leaf in enumerate(_leaves(self.nodes)):
+        for n, leaf in enumerate(self._leaves()):
             entries = self.path(leaf)
-            if prefix and entries and self._parent(entries[0]) == self.dangling:
+            if prefix and entries and entries[0].get("uuid") == self.root:
                 entries = prefix + entries
             branch = self.conv.branch(entries, label="" if n == 0 else "rewound branch")
             if branch.messages:
                 out.append(branch)
         return out
 
-    def _parent(self, entry: dict[str, Any]) -> str | None:
-        node = self.nodes.get(str(entry.get("uuid")))
-        return node.parent if node else None
+    def _leaves(self) -> list[str]:
+        """Leaves of the forest, the main one first — the newest in the file that is a message
+        of the conversation (not a sidechain's, not a progress or system line hanging off an
+        earlier message) — then the others, newest first."""
+        has_child = set(self.links.values())
+        leaves = [u for u in self.nodes if u not in has_child]
 
+        def rank(u: str) -> tuple[bool, int]:
+            e = self.nodes[u].entry
+            talk = e.get("type") in ("user", "assistant") and not e.get("isSidechain")
+            return (talk, self.nodes[u].index)
 
-def _leaves(nodes: dict[str, _Node]) -> list[str]:
-    """Leaves of the chain forest, the main one first — the newest in the file that is a
-    message of the conversation (not a sidechain's, not a progress or system line hanging off
-    an earlier message) — then the others, newest first."""
-    has_child = {n.parent for n in nodes.values() if n.parent in nodes}
-    leaves = [u for u in nodes if u not in has_child]
-
-    def rank(u: str) -> tuple[bool, int]:
-        e = nodes[u].entry
-        return (e.get("type") in ("user", "assistant") and not e.get("isSidechain"), nodes[u].index)
-
-    leaves.sort(key=rank, reverse=True)
-    return leaves
-
-
-def _path(nodes: dict[str, _Node], leaf: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    cur: str | None = leaf
-    while cur is not None and cur in nodes and cur not in seen:
-        seen.add(cur)
-        out.append(nodes[cur].entry)
-        cur = nodes[cur].parent
-    out.reverse()
-    return out
+        leaves.sort(key=rank, reverse=True)
+        return leaves
 
 
 class _Converter:

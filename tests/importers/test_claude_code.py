@@ -287,3 +287,24 @@ def test_title_from_a_summary_of_this_file_only(tmp_path: Path) -> None:
     s.write()
     (sess,), _ = parse(tmp_path)
     assert sess.title == "hello there"
+
+
+async def test_hostile_lines_are_skipped_or_cleaned_and_the_chain_holds(
+    tmp_path: Path, store: Store
+) -> None:
+    s = ClaudeSession(tmp_path)
+    s.user("bad \ud800 text")  # a lone surrogate, escaped in the JSON: UTF-8 cannot hold it
+    deep: list[object] = []
+    for _ in range(500):
+        deep = [deep]
+    s.call("t1", "Bash", {"x": deep}, msg_id="m1")  # nested too deeply to store: skipped
+    s.result("t1", "ok")  # its parent line is gone: it hangs on the line before
+    s.text("fine", msg_id="m2")
+    s.write()
+    report = await import_sessions(store, tmp_path)
+    assert report.skipped == 1
+    (t,) = report.threads
+    msgs = await store.messages(t.info.id)
+    assert [m.role for m in msgs] == ["user", "assistant"]
+    assert msgs[0].text == "bad ? text\n[tool result for call t1]\nok"
+    assert t.source["unmodeled"]["parent line missing"] == 1
