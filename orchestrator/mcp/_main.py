@@ -1,0 +1,31 @@
+"""Serving: open the store, serve one transport until the client goes (EOF on stdin, or the HTTP
+server is stopped), then stop what still runs (threads left ``interrupted``, resumable)."""
+
+from __future__ import annotations
+
+from ..api import Orchestrator
+from ..errors import CliError
+from ._server import Settings, Threadloom
+
+
+def parse_http(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:8000`` for IPv6) → (host, port); a bad one is exit 2."""
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise CliError(f"--http {value!r}: expected HOST:PORT, e.g. 127.0.0.1:8765")
+    return host, int(port)
+
+
+async def serve(
+    db: str, *, create_dirs: bool, settings: Settings, http: tuple[str, int] | None = None
+) -> None:
+    async with await Orchestrator.open(db, create_dirs=create_dirs) as orch:
+        app = Threadloom(orch, settings)
+        try:
+            if http is None:
+                await app.serve_stdio()
+            else:
+                await app.serve_http(*http)
+        finally:
+            await app.aclose()

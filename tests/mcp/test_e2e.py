@@ -1,0 +1,207 @@
+"""The real ``threadloom mcp`` command: over stdio (starts, answers, exits on EOF) and over
+streamable HTTP (with DNS-rebinding protection), driven by the SDK's client, the MCP Inspector
+CLI and the official conformance suite (both npm tools installed by .ci/run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp import Client, StdioServerParameters
+
+from .conftest import Setup, data, node_tool
+
+SERVER_START_GUARD_S = 120.0  # a hang guard, not a timing claim (bench_mcp.py measures start-up)
+
+
+def command(setup: Setup, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "orchestrator", "--db", str(setup.db), "mcp", *extra]
+
+
+def child_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env["ANTHROPIC_BASE_URL"] = "http://127.0.0.1:9/blocked-by-tests"
+    return env
+
+
+async def test_stdio_the_command_serves_a_dispatch_and_its_wait(setup: Setup) -> None:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=command(setup, "--model", setup.model)[1:],
+        cwd=str(setup.ws),
+        env=child_env(),
+    )
+    async with Client(params) as c:
+        assert c.server_info is not None and c.server_info.name == "threadloom"
+        out = data(
+            await c.call_tool(
+                "dispatch", {"tasks": [{"id": "slow", "title": "s", "prompt": "p"}], "wait_s": 0}
+            )
+        )
+        got = data(await c.call_tool("wait", {"refs": out["pending"], "timeout_s": 30}))
+    assert got["workers"][0]["status"] == "done"
+
+
+def test_stdio_the_command_answers_initialize_and_exits_on_eof(setup: Setup) -> None:
+    lines = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    ]
+    proc = subprocess.run(
+        command(setup, "--model", setup.model),
+        input="".join(json.dumps(m) + "\n" for m in lines),
+        capture_output=True,
+        text=True,
+        cwd=setup.ws,
+        env=child_env(),
+        timeout=SERVER_START_GUARD_S,  # stdin closes after the lines: the server must exit
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    replies = [json.loads(line) for line in proc.stdout.splitlines()]  # nothing else on stdout
+    assert [r["id"] for r in replies] == [1, 2]
+    assert replies[0]["result"]["serverInfo"]["name"] == "threadloom"
+    assert len(replies[1]["result"]["tools"]) == 12
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def http_server(setup: Setup) -> Iterator[str]:
+    """``threadloom mcp --http 127.0.0.1:PORT`` running; yields its URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        command(setup, "--model", setup.model, "--http", f"127.0.0.1:{port}"),
+        cwd=setup.ws,
+        env=child_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        guard = time.monotonic() + SERVER_START_GUARD_S
+        while True:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert time.monotonic() < guard, "the HTTP server never listened"
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+async def test_http_the_command_serves_streamable_http(http_server: str) -> None:
+    async with Client(http_server) as c:
+        out = data(
+            await c.call_tool(
+                "dispatch", {"tasks": [{"id": "a", "title": "a", "prompt": "p"}], "wait_s": 20}
+            )
+        )
+        assert out["workers"][0]["status"] == "done"
+        listed = data(await c.call_tool("list_threads", {"job": out["job"]}))
+    assert {r["ref"] for r in listed} == {out["job"], out["workers"][0]["ref"]}
+
+
+def test_http_a_foreign_host_header_is_refused(http_server: str) -> None:
+    """DNS rebinding: a page on evil.example resolving to 127.0.0.1 must not reach the server."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    headers = {"Accept": "application/json, text/event-stream"}
+    bad = httpx.post(http_server, json=body, headers={**headers, "Host": "evil.example:80"})
+    assert bad.status_code in (403, 421)
+    origin = {**headers, "Origin": "http://evil.example"}
+    assert httpx.post(http_server, json=body, headers=origin).status_code in (403, 421)
+
+
+def run_node(tool: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(tool), *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=child_env(),
+        timeout=300,
+        check=False,
+    )
+
+
+def test_the_mcp_inspector_cli_lists_the_tools_and_calls_one(setup: Setup) -> None:
+    inspector = node_tool("mcp-inspector")
+    assert inspector is not None
+    # the Inspector starts the server with a small environment of its own: pass on where the
+    # code is when it is not the installed checkout
+    pythonpath = os.environ.get("PYTHONPATH")
+    env = ["-e", f"PYTHONPATH={pythonpath}"] if pythonpath else []
+    target = [*env, *command(setup, "--model", setup.model)]
+    listed = run_node(inspector, "--cli", *target, "--method", "tools/list", cwd=setup.ws)
+    assert listed.returncode == 0, listed.stderr
+    names = {t["name"] for t in json.loads(listed.stdout)["tools"]}
+    assert "dispatch" in names and len(names) == 12
+    called = run_node(
+        inspector,
+        "--cli",
+        *target,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "list_threads",
+        "--tool-arg",
+        "limit=5",
+        cwd=setup.ws,
+    )
+    assert called.returncode == 0, called.stderr
+    result: dict[str, Any] = json.loads(called.stdout)
+    assert result.get("isError") is not True and result["structuredContent"] == {"result": []}
+
+
+CONFORMANCE_SCENARIOS = (
+    "server-initialize",
+    "ping",
+    "tools-list",
+    "resources-list",
+    "server-sse-multiple-streams",
+    "dns-rebinding-protection",
+)
+"""The scenarios that test a server in general; the rest exercise the reference 'everything'
+server's own tools (``test_simple_text``, ``json_schema_2020_12_tool``…), prompts and
+resources, which threadloom does not have."""
+
+
+@pytest.mark.parametrize("scenario", CONFORMANCE_SCENARIOS)
+def test_the_official_conformance_suite_passes(
+    http_server: str, scenario: str, tmp_path: Path
+) -> None:
+    suite = node_tool("conformance")
+    assert suite is not None
+    run = run_node(suite, "server", "--url", http_server, "--scenario", scenario, cwd=tmp_path)
+    report = run.stdout + run.stderr
+    assert run.returncode == 0, report
+    passed = re.search(r"Passed: (\d+)/(\d+), (\d+) failed", report)
+    assert passed is not None, report
+    assert passed[1] == passed[2] and int(passed[2]) > 0 and passed[3] == "0", report
