@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +57,7 @@ def import_(ctx: click.Context, path: str, fmt: str, title: str | None) -> None:
     --json: {ref, messages, threads: [{ref, kind, parent, source, messages}], skipped}
     (ref and messages: the first main thread).
     """
-    from ..importers import detect, parse, parse_lines
+    from ..importers import detect, import_sessions, parse_lines, write_sessions
 
     if path == "-":
         text = _read_text(path, "<stdin>")
@@ -65,23 +66,32 @@ def import_(ctx: click.Context, path: str, fmt: str, title: str | None) -> None:
             _import_jsonl(ctx, text, "<stdin>", title)
             return
         sessions = parse_lines(text.split("\n"), kind)
-        _import_sessions(ctx, sessions, _report(sessions), title, "<stdin>")
+
+        async def from_stdin(store: Store) -> ImportReport:
+            report = _report(sessions)
+            report.threads = await write_sessions(store, sessions, title=title)
+            return report
+
+        _import_sessions(ctx, from_stdin, "<stdin>")
         return
     target = Path(path)
     if target.is_dir():
         if fmt == "jsonl":
             raise CliError(f"{path}: --from jsonl imports one file, not a directory")
-        sessions, report = parse(target, fmt)
-        if not sessions:
+        wanted = ("claude-code", "codex") if fmt == "auto" else (fmt,)
+        if not any(detect(f) in wanted for f in target.rglob("*.jsonl") if f.is_file()):
             raise CliError(f"{path}: no Claude Code or Codex session files below it")
-        _import_sessions(ctx, sessions, report, title, path)
-        return
-    kind = fmt if fmt != "auto" else (detect(target) if target.is_file() else None)
-    if kind in (None, "jsonl"):
-        _import_jsonl(ctx, _read_text(path, path), path, title)
-        return
-    sessions, report = parse(target, kind)
-    _import_sessions(ctx, sessions, report, title, path)
+    else:
+        kind = fmt if fmt != "auto" else (detect(target) if target.is_file() else None)
+        if kind in (None, "jsonl"):
+            _import_jsonl(ctx, _read_text(path, path), path, title)
+            return
+        fmt = kind
+
+    async def from_path(store: Store) -> ImportReport:
+        return await import_sessions(store, target, fmt=fmt, title=title)
+
+    _import_sessions(ctx, from_path, path)
 
 
 def _detect_text(text: str) -> str | None:
@@ -108,17 +118,13 @@ def _report(sessions: list[Session]) -> ImportReport:
 
 
 def _import_sessions(
-    ctx: click.Context,
-    sessions: list[Session],
-    report: ImportReport,
-    title: str | None,
-    name: str,
+    ctx: click.Context, run: Callable[[Store], Awaitable[ImportReport]], name: str
 ) -> None:
-    from ..importers import write_sessions
     from ..logging import get_logger
 
     async def go(store: Store) -> Output:
-        written = await write_sessions(store, sessions, title=title)
+        report = await run(store)
+        written = report.threads
         added = sum(w.added for w in written)
         get_logger(__name__).info(
             "sessions.imported",
@@ -126,6 +132,7 @@ def _import_sessions(
             threads=len(written),
             added=added,
             skipped=report.skipped,
+            unchanged_files=len(report.unchanged),
         )
         main = next((w for w in written if _is_main(w)), written[0] if written else None)
         data = {
@@ -134,6 +141,7 @@ def _import_sessions(
             "threads": [_thread_json(w) for w in written],
             "skipped": report.skipped,
             "files": report.files,
+            "unchanged_files": len(report.unchanged),
             "unrecognized": report.unrecognized,
         }
         return Output(data, _text(written, report, name))
@@ -182,6 +190,8 @@ def _text(written: list[Written], report: ImportReport, name: str) -> str:
         f"imported {name}: {len(written)} threads ({new} new, {grown} extended,"
         f" {len(written) - new - grown} unchanged), {sum(w.added for w in written)} messages added"
     )
+    if report.unchanged:
+        summary += f", {len(report.unchanged)} files unchanged since the last import (not read)"
     if report.skipped:
         summary += f", {report.skipped} unreadable lines skipped"
     if report.unrecognized:

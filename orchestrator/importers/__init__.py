@@ -13,7 +13,7 @@ those in the store. A line that cannot be read is skipped and counted, never fat
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +21,7 @@ from store import Store
 
 from . import claude_code, codex
 from ._draft import COMPACTION_MARK, NO_RESULT, Branch, Session
-from ._lines import head_objects
+from ._lines import head_objects, stat_of
 from ._writer import Writer, Written
 
 FORMATS = ("auto", "jsonl", "claude-code", "codex")
@@ -37,6 +37,7 @@ class ImportReport:
     skipped: int = 0
     files: int = 0
     unrecognized: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
 
 
 def detect(path: Path) -> str | None:
@@ -56,11 +57,17 @@ def detect_objects(objs: Iterable[dict[str, object]]) -> str | None:
     return None
 
 
-def parse(path: Path, fmt: str = "auto") -> tuple[list[Session], ImportReport]:
+def parse(
+    path: Path, fmt: str = "auto", *, known: Mapping[str, list[int]] | None = None
+) -> tuple[list[Session], ImportReport]:
     """The sessions of ``path`` (a file, or the session files below a directory) and a report
-    of what was skipped. ``fmt`` is ``claude-code``, ``codex`` or ``auto``."""
+    of what was skipped. ``fmt`` is ``claude-code``, ``codex`` or ``auto``. ``known`` maps a
+    file's path to the [size, mtime_ns] it had when it was imported whole: such a file that has
+    not changed since (nor any subagent file of its session) is not read again, and is listed
+    in ``report.unchanged`` (unless a changed session needs it to link across files)."""
     report = ImportReport()
     sessions: list[Session] = []
+    held: list[tuple[Path, str]] = []
     if path.is_dir():
         files = sorted(p for p in path.rglob("*.jsonl") if p.is_file())
         listed = {p for p in files if p.parent.name != "subagents"}
@@ -71,18 +78,39 @@ def parse(path: Path, fmt: str = "auto") -> tuple[list[Session], ImportReport]:
             if kind not in _PARSERS or (fmt != "auto" and kind != fmt):
                 report.unrecognized.append(str(f))
                 continue
+            if known is not None and all(_same(x, known) for x in _files_of(f)):
+                held.append((f, kind))
+                continue
             sessions += _PARSERS[kind].parse_file(f)
             report.files += 1
     else:
         kind = detect(path) if fmt == "auto" else fmt
-        if kind in _PARSERS:
+        if kind not in _PARSERS:
+            report.unrecognized.append(str(path))
+        elif known is not None and all(_same(x, known) for x in _files_of(path)):
+            held.append((path, kind))
+        else:
             sessions += _PARSERS[kind].parse_file(path)
             report.files += 1
-        else:
-            report.unrecognized.append(str(path))
-    claude_code.link(sessions)
+    if claude_code.link(sessions) and held:  # a changed session goes on from an unchanged one
+        for f, kind in held:
+            sessions += _PARSERS[kind].parse_file(f)
+        held = []
+        claude_code.link(sessions)
+    report.unchanged = [str(x) for f, _ in held for x in _files_of(f)]
     report.skipped = sum(s.skipped for s in sessions)
     return sessions, report
+
+
+def _files_of(f: Path) -> list[Path]:
+    """A session file and the subagent files read with it."""
+    subs = f.with_suffix("") / "subagents"
+    return [f, *sorted(subs.glob("*.jsonl"))] if subs.is_dir() else [f]
+
+
+def _same(f: Path, known: Mapping[str, list[int]]) -> bool:
+    stat = stat_of(f)
+    return stat is not None and known.get(str(f)) == stat
 
 
 def parse_lines(lines: Iterable[str], fmt: str, *, name: str = "<stdin>") -> list[Session]:
@@ -94,9 +122,12 @@ def parse_lines(lines: Iterable[str], fmt: str, *, name: str = "<stdin>") -> lis
 async def import_sessions(
     store: Store, path: Path, *, fmt: str = "auto", title: str | None = None
 ) -> ImportReport:
-    """Parse ``path`` and write its sessions (see the module docstring)."""
-    sessions, report = parse(path, fmt)
-    report.threads = await write_sessions(store, sessions, title=title)
+    """Parse ``path`` and write its sessions (see the module docstring): files imported whole
+    before and unchanged since are not read again; their threads are reported unchanged."""
+    writer = Writer(store, title=title)
+    sessions, report = parse(path, fmt, known=await writer.unchanged_files())
+    report.threads = await writer.write([s for s in sessions if s.branches])
+    report.threads += await writer.threads_of(report.unchanged)
     return report
 
 

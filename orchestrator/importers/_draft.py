@@ -75,6 +75,8 @@ class Session:
     created_ms: int | None = None
     model: str | None = None
     skipped: int = 0
+    stat: list[int] | None = None
+    """The source file's [size, mtime_ns] when it was read (``_lines.JsonLines.stat``)."""
     chain: Any = None
     """The parser's own state, kept for linking sessions across files (``claude_code.link``)."""
 

@@ -22,6 +22,9 @@ binary payloads are named with their size instead)."""
 class JsonLines:
     objects: list[dict[str, Any]] = field(default_factory=list)
     skipped: int = 0
+    stat: list[int] | None = None
+    """[size, mtime_ns] of the file, taken before reading it (a re-import skips a file whose
+    stat has not changed since)."""
 
     @classmethod
     def of(cls, lines: Iterable[str]) -> JsonLines:
@@ -67,10 +70,21 @@ def read_lines(path: Path) -> JsonLines:
     """The JSON objects of ``path``, one a line (invalid UTF-8 replaced: a line that still
     parses is kept). A file that cannot be read at all gives nothing, counted as one skip."""
     try:
+        stat = stat_of(path)
         with path.open("r", encoding="utf-8", errors="replace", newline="") as f:
-            return JsonLines.of(_lines(f))
+            data = JsonLines.of(_lines(f))
     except OSError:
         return JsonLines(skipped=1)
+    data.stat = stat
+    return data
+
+
+def stat_of(path: Path) -> list[int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns]
 
 
 def _lines(f: Iterable[str]) -> Iterable[str]:

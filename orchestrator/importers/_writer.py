@@ -248,7 +248,37 @@ class Writer:
         if label:
             src["branch"] = label
         src["imported"] = {"messages": total, "digest": p.prefix[total]}
+        if s.stat is not None:
+            src["imported"]["stat"] = s.stat
         return src
+
+    async def unchanged_files(self) -> dict[str, list[int]]:
+        """path → [size, mtime_ns] of each source file every thread of which is whole in the
+        store as of that stat (a file with a thread left short by a crash is not in it)."""
+        out: dict[str, list[int]] = {}
+        bad: set[str] = set()
+        for known in (await self._known()).values():
+            for k in known:
+                src = (k.info.task or {}).get("source") or {}
+                path = src.get("path")
+                stat = (src.get("imported") or {}).get("stat")
+                if not isinstance(path, str):
+                    continue
+                if k.digest is None or not isinstance(stat, list) or out.get(path, stat) != stat:
+                    bad.add(path)
+                    continue
+                out[path] = stat
+        return {p: s for p, s in out.items() if p not in bad}
+
+    async def threads_of(self, paths: Sequence[str]) -> list[Written]:
+        """What is stored of the files at ``paths`` (skipped as unchanged), as unchanged rows."""
+        wanted = set(paths)
+        return [
+            self._written(k, 0)
+            for known in (await self._known()).values()
+            for k in known
+            if ((k.info.task or {}).get("source") or {}).get("path") in wanted
+        ]
 
     async def _append(
         self, thread_id: str, msgs: Sequence[NewMessage], usage: dict[int, UsageRecord]

@@ -195,16 +195,19 @@ def _session(
         created_ms=created,
         model=f"anthropic:{model}" if model else None,  # a threadloom model spec: resumable
         skipped=data.skipped,
+        stat=data.stat,
         chain=chain,
     )
 
 
-def link(sessions: list[Session]) -> None:
+def link(sessions: list[Session]) -> bool:
     """Follow conversations across files: a session whose chain goes on from a message of
     another file (a compaction continuing in a new file: its boundary's ``logicalParentUuid``
     is there) gets that file's history up to that message in front of each of its branches, and
-    becomes a fork of that session's thread at it (the writer finds the shared history)."""
+    becomes a fork of that session's thread at it (the writer finds the shared history).
+    True when some session goes on from a message of no file given."""
     owner: dict[str, Session] = {}
+    missing = False
     for s in sessions:
         if isinstance(s.chain, _Chain) and s.kind == Kind.LEAD:
             for uid in s.chain.nodes:
@@ -215,10 +218,13 @@ def link(sessions: list[Session]) -> None:
             continue
         other = owner.get(chain.dangling)
         if other is None or other is s or not isinstance(other.chain, _Chain):
+            missing = True
             continue
         s.fork_parent_key = other.key
         chain.conv.more_dirs.append(other.chain.conv.session_dir)
         s.branches = chain.branches(other.chain.path(chain.dangling))
+        chain.dangling = None  # linked: a second pass leaves it be
+    return missing
 
 
 class _Chain:

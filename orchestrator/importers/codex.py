@@ -123,6 +123,7 @@ class _Rollout:
             fork_parent_key=f"{FORMAT}:{forked}" if isinstance(forked, str) else None,
             created_ms=created,
             skipped=self.data.skipped,
+            stat=self.data.stat,
         )
 
     # ----------------------------------------------------------------- line kinds

@@ -237,6 +237,11 @@ async def test_compaction_continuing_in_a_new_file_forks_from_the_old_one(
     again = await import_sessions(store, tmp_path)
     assert sum(w.added for w in again.threads) == 0
     assert len(await store.list_threads()) == 2
+    new.user("and now?")  # only the new file grows: the old one is read again to link it
+    new.text("step three", msg_id="m4")
+    new.write()
+    grown = await import_sessions(store, tmp_path)
+    assert {w.info.id: w.added for w in grown.threads} == {first.info.id: 0, second.info.id: 2}
 
 
 def test_progress_lines_in_the_chain_neither_break_it_nor_lead(tmp_path: Path) -> None:
@@ -308,3 +313,22 @@ async def test_hostile_lines_are_skipped_or_cleaned_and_the_chain_holds(
     assert [m.role for m in msgs] == ["user", "assistant"]
     assert msgs[0].text == "bad ? text\n[tool result for call t1]\nok"
     assert t.source["unmodeled"]["parent line missing"] == 1
+
+
+async def test_unchanged_files_are_not_read_again(tmp_path: Path, store: Store) -> None:
+    s = basic(tmp_path)
+    sub = s.subagent("a1", "tu1")
+    sub.user("look")
+    sub.text("looked", msg_id="s1")
+    s.write()
+    first = await import_sessions(store, tmp_path)
+    again = await import_sessions(store, tmp_path)
+    assert again.files == 0 and again.unchanged == [str(s.path), str(sub.path)]
+    assert sorted(w.info.id for w in again.threads) == sorted(w.info.id for w in first.threads)
+    assert all(w.added == 0 for w in again.threads)
+    sub.user("one more")  # only the subagent grew: its session is read again
+    sub.text("done", msg_id="s2")
+    sub.write()
+    grown = await import_sessions(store, tmp_path)
+    assert grown.files == 1 and not grown.unchanged
+    assert sorted(w.added for w in grown.threads) == [0, 2]
