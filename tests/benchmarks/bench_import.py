@@ -1,7 +1,8 @@
 """What importing other agents' sessions costs: a synthetic corpus of Claude Code sessions and
 Codex rollouts (half each; 200 sessions, 100,000 messages by default) imported into a fresh
 SQLite database through ``orchestrator.importers``, then imported again (nothing new: the
-idempotent re-import every later run of ``threadloom import`` pays), against a raw baseline in
+idempotent re-import every later run of ``threadloom import`` pays), then again after one session
+in ten grew by a turn (sessions grow while people work), against a raw baseline in
 the same run: ``json.loads`` of every line of the same files and one ``sqlite3`` row per line
 (session, line number, the line's JSON) inserted in one transaction per file, with the same
 PRAGMAs (WAL, synchronous=FULL) and an FTS5 index over the line text, as the store keeps one.
@@ -50,11 +51,14 @@ def _text(i: int, n: int = 40) -> str:
     return " ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(n))
 
 
-def build_corpus(root: Path, sessions: int, messages: int) -> tuple[list[Path], int]:
+def build_corpus(
+    root: Path, sessions: int, messages: int
+) -> tuple[list[Path], int, list[ClaudeSession | CodexRollout]]:
     """``sessions`` session files holding ``messages`` messages in all: each turn a user prompt,
     an assistant call, its result, an assistant answer (four messages)."""
     per = max(messages // sessions, 4)
     files: list[Path] = []
+    builders: list[ClaudeSession | CodexRollout] = []
     total = 0
     for s in range(sessions):
         turns = per // 4
@@ -68,6 +72,7 @@ def build_corpus(root: Path, sessions: int, messages: int) -> tuple[list[Path], 
                 c.result(f"tu-{s}-{t}", _text(t, 120))
                 c.text(_text(s * t, 60), msg_id=f"m{t}b")
             files.append(c.write())
+            builders.append(c)
         else:
             r = CodexRollout(root / "codex", f"019a0000-0000-7000-8000-{s:012d}")
             for t in range(turns):
@@ -77,11 +82,34 @@ def build_corpus(root: Path, sessions: int, messages: int) -> tuple[list[Path], 
                 r.say(_text(s * t, 60))
                 r.tokens(1000 + t, 50, cached=900, total=(t + 1) * 1050)
             files.append(r.write())
+            builders.append(r)
         total += turns * 4
-    return files, total
+    return files, total, builders
 
 
-async def _import(root: Path, db: Path) -> tuple[float, float, int]:
+def grow(builders: list[ClaudeSession | CodexRollout], every: int) -> int:
+    """One more turn (four messages) in every ``every``-th session: sessions grow as people
+    work; returns the messages added."""
+    added = 0
+    for i, b in enumerate(builders[::every]):
+        if isinstance(b, ClaudeSession):
+            b.user(f"one more thing {i}")
+            b.call(f"more-{i}", "Bash", {"command": "make"}, msg_id=f"more{i}a")
+            b.result(f"more-{i}", _text(i, 120))
+            b.text(_text(i, 60), msg_id=f"more{i}b")
+        else:
+            b.user(f"one more thing {i}")
+            b.call(f"more-{i}", "shell", {"command": ["make"]})
+            b.output(f"more-{i}", _text(i, 120))
+            b.say(_text(i, 60))
+        b.write()
+        added += 4
+    return added
+
+
+async def _import(
+    root: Path, db: Path, builders: list[ClaudeSession | CodexRollout]
+) -> dict[str, float]:
     store = await Store.open(str(db))
     try:
         start = time.perf_counter()
@@ -91,7 +119,19 @@ async def _import(root: Path, db: Path) -> tuple[float, float, int]:
         again = await import_sessions(store, root)
         second = time.perf_counter() - start
         assert sum(w.added for w in again.threads) == 0
-        return first, second, sum(w.added for w in report.threads)
+        grown = grow(builders, 10)
+        start = time.perf_counter()
+        third = await import_sessions(store, root)
+        after_growth = time.perf_counter() - start
+        assert sum(w.added for w in third.threads) == grown
+        return {
+            "import_s": first,
+            "messages": sum(w.added for w in report.threads),
+            "reimport_unchanged_s": second,
+            "reimport_after_growth_s": after_growth,
+            "grown_sessions": len(builders[::10]),
+            "grown_messages": grown,
+        }
     finally:
         await store.close()
 
@@ -130,7 +170,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "corpus"
-        files, total = build_corpus(root, args.sessions, args.messages)
+        files, total, builders = build_corpus(root, args.sessions, args.messages)
         source_bytes = sum(f.stat().st_size for f in files)
         print(
             f"corpus: {len(files)} files, {total} messages, {source_bytes} bytes", file=sys.stderr
@@ -141,8 +181,9 @@ def main() -> None:
         print(f"baseline: {base_s:.2f} s", file=sys.stderr)
         db = Path(tmp) / "store" / "threads.db"
         db.parent.mkdir()
-        first, again, added = asyncio.run(_import(root, db))
-        print(f"import: {first:.2f} s, again {again:.2f} s", file=sys.stderr)
+        got = asyncio.run(_import(root, db, builders))
+        first, added = got["import_s"], int(got["messages"])
+        print(f"import: {first:.2f} s, again {got['reimport_unchanged_s']:.2f} s", file=sys.stderr)
         out = {
             "benchmark": "import",
             "python": platform.python_version(),
@@ -152,7 +193,10 @@ def main() -> None:
             "source_bytes": source_bytes,
             "import_s": round(first, 3),
             "import_messages_per_s": round(added / first),
-            "reimport_unchanged_s": round(again, 3),
+            "reimport_unchanged_s": round(got["reimport_unchanged_s"], 3),
+            "reimport_after_growth_s": round(got["reimport_after_growth_s"], 3),
+            "grown_sessions": int(got["grown_sessions"]),
+            "grown_messages": int(got["grown_messages"]),
             "baseline_s": round(base_s, 3),
             "baseline_messages_per_s": round(total / base_s),
             "import_vs_baseline_time": round(first / base_s, 2),
