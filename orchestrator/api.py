@@ -315,7 +315,7 @@ class Orchestrator:
             status=status,
             report=report,
             workers=workers,
-            usage=await self.store.job_usage(rt.lead_id),
+            usage=await self.store.usage.of_job(rt.lead_id),
             error=error,
             exception=exception,
         )

@@ -398,35 +398,3 @@ class Store:
         return await self.db.read(
             lambda c: _search.search(c, query, job_id=job_id, limit=limit), where="searching"
         )
-
-    # ----------------------------------------------------------------- TEMP(reshape)
-    # one-line forwards to the parts, for orchestrator/ until it follows the reshape
-
-    async def spawn(self, **kw: Any) -> tuple[ThreadInfo, bool]:  # TEMP(reshape)
-        return await self.dispatches.spawn(**kw)  # TEMP(reshape)
-
-    async def dispatches_of(self, lead_id: str) -> list[Any]:  # TEMP(reshape)
-        return await self.dispatches.of_lead(lead_id)  # TEMP(reshape)
-
-    async def set_dispatch_status(self, worker_id: str, status: str) -> None:  # TEMP(reshape)
-        await self.dispatches.set_status(worker_id, status)  # TEMP(reshape)
-
-    async def job_usage(self, job_id: str) -> Any:  # TEMP(reshape)
-        return await self.usage.of_job(job_id)  # TEMP(reshape)
-
-    async def thread_usage(self, thread_id: str) -> Any:  # TEMP(reshape)
-        return await self.usage.of_thread(thread_id)  # TEMP(reshape)
-
-    async def usage_totals(self, **kw: Any) -> list[Any]:  # TEMP(reshape)
-        return await self.usage.totals(**kw)  # TEMP(reshape)
-
-    async def checkpoint_at(self, thread_id: str, seq: int | None = None) -> Any:  # TEMP(reshape)
-        return await self.checkpoints.at(thread_id, seq)  # TEMP(reshape)
-
-    async def record_checkpoint(
-        self, thread_id: str, seq: int, commit: str
-    ) -> None:  # TEMP(reshape)
-        await self.checkpoints.record(thread_id, seq, commit)  # TEMP(reshape)
-
-    async def checkpoints_of(self, thread_id: str) -> list[tuple[int, str]]:  # TEMP(reshape)
-        return await self.checkpoints.of_thread(thread_id)  # TEMP(reshape)

@@ -109,7 +109,7 @@ def show(ctx: click.Context, ref: str, tools: bool, raw: bool, redact: bool) -> 
         start = resolved.start or 1
         msgs = await store.messages(info.id, start=start, end=resolved.end)
         before = await store.message(info.id, start - 1) if start > 1 else None
-        totals = await store.usage_totals(thread_id=info.id)
+        totals = await store.usage.totals(thread_id=info.id)
         mode: Mode = "raw" if raw else "tools" if tools else "brief"
         # outputs stored apart (too large to keep inline) are printed whole by --raw: spooled
         # now, while the store is open, and streamed when printed
@@ -155,7 +155,7 @@ def tree(ctx: click.Context, ref: str) -> None:
 
         focus = (await store.resolve(ref)).thread
         threads = await store.job_tree(focus.job_id)
-        totals = {t.thread_id: t for t in await store.usage_totals(job_id=focus.job_id)}
+        totals = {t.thread_id: t for t in await store.usage.totals(job_id=focus.job_id)}
         return _output(tree_view(focus, threads, totals, empty=Usage()))
 
     run_command(ctx, go)

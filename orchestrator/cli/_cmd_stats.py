@@ -37,9 +37,9 @@ def stats(ctx: click.Context, ref: str | None) -> None:
         if ref:
             focus = (await store.resolve(ref)).thread
             infos = await store.job_tree(focus.job_id)
-            totals = {t.thread_id: t for t in await store.usage_totals(job_id=focus.job_id)}
+            totals = {t.thread_id: t for t in await store.usage.totals(job_id=focus.job_id)}
         else:
-            totals = {t.thread_id: t for t in await store.usage_totals()}
+            totals = {t.thread_id: t for t in await store.usage.totals()}
             infos = [t for t in await store.list_threads(oldest_first=True) if t.id in totals]
         by_id = {t.id: t for t in infos}
 

@@ -103,7 +103,7 @@ async def _write_markdown(
 
     from ._thread_text import WholeOutputs, write_markdown
 
-    totals = await store.usage_totals(thread_id=info.id)
+    totals = await store.usage.totals(thread_id=info.id)
     usage = totals[0].usage if totals else Usage()
     whole = await WholeOutputs.spool(store, msgs)
     try:

@@ -159,7 +159,7 @@ class Isolation:
                 info.id, task={**(info.task or {}), **tree.task_fields()}
             )
         if not await wt.is_worktree(tree.root, tree.path):
-            found = await self.store.checkpoint_at(info.id, info.head_seq)
+            found = await self.store.checkpoints.at(info.id, info.head_seq)
             start = found[1] if found else tree.base
             await wt.add_worktree(tree.root, tree.path, tree.branch, start)
             log.info(
@@ -184,7 +184,7 @@ class Isolation:
         async def after_tools(seq: int) -> None:
             commit = await cp(seq)
             if commit is not None:
-                await self.store.record_checkpoint(info.id, seq, commit)
+                await self.store.checkpoints.record(info.id, seq, commit)
 
         return after_tools
 

@@ -110,7 +110,7 @@ async def worker_diff(store: Store, ref: str, *, stat: bool = False) -> dict[str
     """The worker's work against the job base: its branch, or its files at message n."""
     info, tree, at = await tree_of(store, ref)
     if at is not None:
-        found = await store.checkpoint_at(info.id, at)
+        found = await store.checkpoints.at(info.id, at)
         tip = found[1] if found else tree.base
         label = f"{format_ref(info.id, at)}"
     else:

@@ -117,7 +117,7 @@ class JobRuntime:
     async def check_budget(self) -> None:
         if not self.job.budget_tokens:
             return
-        used = (await self.store.job_usage(self.lead_id)).total_tokens
+        used = (await self.store.usage.of_job(self.lead_id)).total_tokens
         if used >= self.job.budget_tokens:
             raise BudgetExhausted(
                 f"the job has used {used:,} of its {self.job.budget_tokens:,} tokens"
@@ -126,7 +126,7 @@ class JobRuntime:
     async def task_ref(self, task_id: str) -> str | None:
         """The ref of the newest worker that ran task ``task_id`` in this job."""
         found = None
-        for d in await self.store.dispatches_of(self.lead_id):
+        for d in await self.store.dispatches.of_lead(self.lead_id):
             if d.task_key == task_id:
                 found = d.worker_id
         return format_ref(found) if found else None
@@ -254,7 +254,7 @@ class JobRuntime:
             except Exception as exc:
                 log.warning("worker.crashed", thread=info.ref, error=str(exc))
                 outcome = await self._as_stored(info, str(exc), exc)
-            await self.store.set_dispatch_status(info.id, str(outcome.status))
+            await self.store.dispatches.set_status(info.id, str(outcome.status))
             self.ended[info.id] = outcome
             return outcome
 
@@ -269,7 +269,7 @@ class JobRuntime:
             result=latest.result,
             final_text="",
             turns=0,
-            usage=await self.store.thread_usage(info.id),
+            usage=await self.store.usage.of_thread(info.id),
             error=error,
             exception=exception,
         )

@@ -89,7 +89,7 @@ async def spawn_workers(
             tree = await iso.for_new_worker(tid, task_id)
             workspace = tree.workspace
             placement = tree.task_fields()
-        info, created = await store.spawn(
+        info, created = await store.dispatches.spawn(
             lead_id=lead_id,
             tool_use_id=tool_use_id,
             task_index=i,

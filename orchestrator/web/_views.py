@@ -235,7 +235,7 @@ async def thread_page(
     last = min(end or (info.head_seq if export else first + PAGE - 1), info.head_seq)
     msgs = await store.messages(info.id, start=first, end=last) if info.head_seq else []
     before = await store.message(info.id, first - 1) if first > 1 and msgs else None
-    totals = await store.usage_totals(thread_id=info.id)
+    totals = await store.usage.totals(thread_id=info.id)
     views = message_views(
         info,
         msgs,
@@ -286,7 +286,7 @@ async def job_tree(store: Store, focus: ThreadInfo) -> TreeNode:
     thread it was forked from), every node with its tokens."""
     threads = await store.job_tree(focus.job_id)
     totals = {
-        t.thread_id: t.usage.total_tokens for t in await store.usage_totals(job_id=focus.job_id)
+        t.thread_id: t.usage.total_tokens for t in await store.usage.totals(job_id=focus.job_id)
     }
     by_id = {t.id: t for t in threads}
     root = by_id.get(focus.job_id, threads[0] if threads else focus)

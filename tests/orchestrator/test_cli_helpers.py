@@ -103,7 +103,7 @@ async def build_sample(path: Path) -> Sample:
                 cost_usd=0.02,
             ),
         )
-        worker, _ = await store.spawn(
+        worker, _ = await store.dispatches.spawn(
             lead_id=lead.id,
             tool_use_id="d1",
             task_index=0,

@@ -172,7 +172,7 @@ async def test_a_worker_running_bash_rewrites_its_dot_git_and_the_checkpoint_sti
         outcome = await orch.run_job(job)
         assert outcome.status == Status.DONE, outcome.error
         w = await orch.store.get_thread(outcome.workers[0].ref[2:])
-        cps = await orch.store.checkpoints_of(w.id)
+        cps = await orch.store.checkpoints.of_thread(w.id)
         assert not marker.exists(), "threadloom's git ran the worker's filter"
         assert cps, "the turn's files were not checkpointed"
         seq, commit = cps[0]
@@ -365,7 +365,7 @@ async def test_a_worker_running_bash_plants_a_filter_and_only_the_users_own_filt
         # the worker's own git add (inside its bash) is its business; threadloom's ran nothing
         assert not marker.exists(), "threadloom's checkpoint ran the worker's filter"
         w = await orch.store.get_thread(outcome.workers[0].ref[2:])
-        cps = await orch.store.checkpoints_of(w.id)
+        cps = await orch.store.checkpoints.of_thread(w.id)
         assert cps, "the turn's files were not checkpointed"
         commit = cps[-1][1]
         assert run_git(repo, "show", f"{commit}:new.txt") == "work\n"

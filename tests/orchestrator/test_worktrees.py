@@ -206,7 +206,7 @@ async def test_a_fork_at_an_early_message_gets_the_files_of_then_and_leaves_its_
     ptree = Path(parent.task["worktree"]["path"])  # type: ignore[index]
     assert (ptree / "f.txt").read_text() == "v2\n"
     # checkpoints at the tool results of the two writes (#3, #5); none for the submit turn
-    assert [s for s, _ in await orch.store.checkpoints_of(parent.id)] == [3, 5]
+    assert [s for s, _ in await orch.store.checkpoints.of_thread(parent.id)] == [3, 5]
 
     forked = await orch.fork(f"{parent.ref}#3", "try again")
     assert not isinstance(forked, Store) and forked.status == Status.DONE  # type: ignore[union-attr]
@@ -323,11 +323,11 @@ async def test_turns_that_change_nothing_record_no_checkpoint(
         job_file(tmp_path, repo, rules, [{"id": "w", "title": "W", "prompt": "go"}])
     )
     w = await orch.store.get_thread(outcome.workers[0].ref[2:])
-    cps = await orch.store.checkpoints_of(w.id)
+    cps = await orch.store.checkpoints.of_thread(w.id)
     assert [s for s, _ in cps] == [5]
     assert git(repo, "rev-parse", f"refs/threadloom/{w.id}/5").strip() == cps[0][1]
-    assert await orch.store.checkpoint_at(w.id, 4) is None
-    assert await orch.store.checkpoint_at(w.id) == cps[0]
+    assert await orch.store.checkpoints.at(w.id, 4) is None
+    assert await orch.store.checkpoints.at(w.id) == cps[0]
 
 
 async def test_diff_prints_the_workers_changes_against_the_base(
@@ -438,21 +438,21 @@ async def test_checkpoint_at_walks_the_fork_ancestry(tmp_path: Path) -> None:
                 [NewMessage(role="assistant", content=[{"type": "text", "text": f"a{i}"}])],  # type: ignore[list-item]
             )
             await store.append(t.id, NewMessage.user(f"u{i}"))
-        await store.record_checkpoint(t.id, 3, "c3")
-        await store.record_checkpoint(t.id, 7, "c7")
+        await store.checkpoints.record(t.id, 3, "c3")
+        await store.checkpoints.record(t.id, 7, "c7")
         fork = await store.fork(t.id, at=5)
         await store.append(
             fork.id,
             NewMessage(role="assistant", content=[{"type": "text", "text": "f"}]),  # type: ignore[list-item]
         )
-        assert await store.checkpoint_at(fork.id) == (3, "c3")  # the parent's #7 is past #5
-        await store.record_checkpoint(fork.id, 6, "f6")
-        assert await store.checkpoint_at(fork.id) == (6, "f6")
-        assert await store.checkpoint_at(fork.id, 5) == (3, "c3")
-        assert await store.checkpoint_at(t.id) == (7, "c7")
-        assert await store.checkpoint_at(t.id, 2) is None
-        await store.record_checkpoint(t.id, 7, "c7b")  # a replayed step replaces its checkpoint
-        assert await store.checkpoint_at(t.id, 8) == (7, "c7b")
+        assert await store.checkpoints.at(fork.id) == (3, "c3")  # the parent's #7 is past #5
+        await store.checkpoints.record(fork.id, 6, "f6")
+        assert await store.checkpoints.at(fork.id) == (6, "f6")
+        assert await store.checkpoints.at(fork.id, 5) == (3, "c3")
+        assert await store.checkpoints.at(t.id) == (7, "c7")
+        assert await store.checkpoints.at(t.id, 2) is None
+        await store.checkpoints.record(t.id, 7, "c7b")  # a replayed step replaces its checkpoint
+        assert await store.checkpoints.at(t.id, 8) == (7, "c7b")
     finally:
         await store.close()
 
@@ -504,7 +504,7 @@ async def test_the_database_and_threadloom_dirs_never_enter_a_base_commit_or_che
         assert outcome.status == Status.DONE, outcome.error
         lead = await o.store.get_thread(outcome.lead[2:])
         w = await o.store.get_thread(outcome.workers[0].ref[2:])
-        cps = await o.store.checkpoints_of(w.id)
+        cps = await o.store.checkpoints.of_thread(w.id)
     finally:
         await o.close()
     base = lead.task["isolation"]["base"]  # type: ignore[index]
