@@ -49,23 +49,30 @@ def tasks(n: int) -> list[dict[str, Any]]:
     return [{"id": f"t{i}", "title": f"task {i}", "prompt": f"part {i}"} for i in range(n)]
 
 
-async def round_trips(orch: Orchestrator, app: Threadloom, calls: int) -> dict[str, Any]:
+async def round_trips(
+    orch: Orchestrator, app: Threadloom, calls: int, rounds: int
+) -> dict[str, Any]:
+    """Batches of ``calls`` MCP calls and ``calls`` API calls, interleaved; median batch."""
+    mcp_s, api_s = [], []
     async with Client(app.server, client_info=Implementation(name="bench", version="1")) as c:
         await c.call_tool("list_threads", {"limit": 1})
-        start = time.perf_counter()
-        for _ in range(calls):
-            result = await c.call_tool("list_threads", {"limit": 1})
-            assert not result.is_error
-        mcp_s = time.perf_counter() - start
-    start = time.perf_counter()
-    for _ in range(calls):
-        await orch.list_threads(limit=1)
-    api_s = time.perf_counter() - start
+        for _ in range(rounds):
+            start = time.perf_counter()
+            for _ in range(calls):
+                result = await c.call_tool("list_threads", {"limit": 1})
+                assert not result.is_error
+            mcp_s.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            for _ in range(calls):
+                await orch.list_threads(limit=1)
+            api_s.append(time.perf_counter() - start)
+    m, a = statistics.median(mcp_s), statistics.median(api_s)
     return {
         "calls": calls,
-        "mcp_calls_per_s": round(calls / mcp_s, 1),
-        "api_calls_per_s": round(calls / api_s, 1),
-        "mcp_over_api_time": round(mcp_s / api_s, 2),
+        "rounds": rounds,
+        "mcp_calls_per_s": round(calls / m, 1),
+        "api_calls_per_s": round(calls / a, 1),
+        "mcp_over_api_time": round(m / a, 2),
     }
 
 
@@ -152,7 +159,7 @@ def start_up(root: Path, rounds: int) -> dict[str, Any]:
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
@@ -165,7 +172,7 @@ async def main() -> None:
             settings = Settings(model=f"scripted:{script}", cwd=root / "ws", max_parallel=8)
             app = Threadloom(orch, settings)
             try:
-                trips = await round_trips(orch, app, args.calls)
+                trips = await round_trips(orch, app, args.calls, args.rounds)
                 lead = await app.background.lead(app.job_spec("bench-api", root / "ws"))
                 mcp_s, api_s = [], []
                 for _ in range(args.rounds):

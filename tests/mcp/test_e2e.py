@@ -205,3 +205,26 @@ def test_the_official_conformance_suite_passes(
     passed = re.search(r"Passed: (\d+)/(\d+), (\d+) failed", report)
     assert passed is not None, report
     assert passed[1] == passed[2] and int(passed[2]) > 0 and passed[3] == "0", report
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--http", "nope"], "--http 'nope': expected HOST:PORT"),
+        (["--http", "127.0.0.1:99999"], "expected HOST:PORT"),
+        (["--model", "bogus"], "bad model spec 'bogus'"),
+    ],
+)
+def test_bad_flags_are_exit_2_with_one_line(setup: Setup, flags: list[str], says: str) -> None:
+    proc = subprocess.run(
+        command(setup, *flags),
+        capture_output=True,
+        text=True,
+        cwd=setup.ws,
+        env=child_env(),
+        timeout=SERVER_START_GUARD_S,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
