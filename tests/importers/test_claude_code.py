@@ -332,3 +332,19 @@ async def test_unchanged_files_are_not_read_again(tmp_path: Path, store: Store) 
     grown = await import_sessions(store, tmp_path)
     assert grown.files == 1 and not grown.unchanged
     assert sorted(w.added for w in grown.threads) == [0, 2]
+
+
+def test_a_turn_split_around_its_own_results_is_folded_back(tmp_path: Path) -> None:
+    s = ClaudeSession(tmp_path)
+    s.user("two things")
+    s.call("tuA", "Bash", {"command": "a"}, msg_id="m1")
+    s.result("tuA", "did a")  # Claude Code writes a result as soon as its call is done...
+    s.call("tuB", "Bash", {"command": "b"}, msg_id="m1")  # ...before the turn's next call
+    s.result("tuB", "did b")
+    s.text("both done", msg_id="m2")
+    s.write()
+    (sess,), _ = parse(tmp_path)
+    msgs = sess.branches[0].messages
+    assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant"]
+    assert [b.id for b in msgs[1].tool_uses()] == ["tuA", "tuB"]
+    assert [r.text for r in msgs[2].tool_results()] == ["did a", "did b"]
