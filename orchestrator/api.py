@@ -4,6 +4,13 @@ async with Orchestrator.open(".threadloom/threads.db") as orch:
     outcome = await orch.run_job("job.toml")
     page = await orch.read(outcome.workers[0].ref, mode="overview")
     again = await orch.resume(outcome.workers[0].ref, "Also cover the empty input case.")
+    shown = await orch.show(outcome.ref)          # SPEC ``show --json``, as every front door
+
+Running (``run_job``, ``dispatch``, ``resume``, ``fork``) goes through ``orchestrator.runtime``;
+reading (``show``, ``tree``, ``stats``, ``list_threads``, ``search``, ``read``) answers in the SPEC
+JSON shapes of ``orchestrator.views``, so no front door computes a shape another needs too. The
+runtime and the worker SDKs are imported on first run only: a front door that only reads (``ls``
+or ``show`` on the full path, the web viewer) does not pay for them.
 """
 
 from __future__ import annotations
@@ -12,43 +19,19 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from store import (
-    Kind,
-    NewMessage,
-    SearchHit,
-    Status,
-    Store,
-    ThreadInfo,
-    Usage,
-    format_ref,
-    new_id,
-)
-from workers import (
-    LoopConfig,
-    LoopEvent,
-    Model,
-    ModelError,
-    RunOutcome,
-    make_model,
-    parse_model_spec,
-)
+from store import Kind, NewMessage, SearchHit, Status, Store, ThreadInfo, Usage, format_ref, new_id
 
-from .isolation import record_job_base, start_job
-from .jobs import JobSpec, load_job
-from .runtime import (
-    DEFAULT_MAX_CHARS,
-    JobRuntime,
-    Mode,
-    ModelFactory,
-    ModelKey,
-    Page,
-    create_lead,
-    job_of,
-    model_key,
-    read_page,
-)
+from . import views
+from .runtime.pages import DEFAULT_MAX_CHARS
+
+if TYPE_CHECKING:
+    from workers import LoopConfig, LoopEvent, Model, RunOutcome
+
+    from .jobs import JobSpec
+    from .runtime import JobRuntime, ModelFactory, ModelKey
+    from .runtime.pages import Mode, Page
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +61,8 @@ class JobOutcome:
 
     @property
     def provider_failed(self) -> bool:
+        from workers import ModelError
+
         return isinstance(self.exception, ModelError)
 
     def to_json(self) -> dict[str, Any]:
@@ -113,9 +98,18 @@ class Orchestrator:
         self.store = store
         self.model_factory = model_factory
         self.on_event = on_event
-        self.config = config or LoopConfig()
+        self._config = config
         self.env = env
         self._owns_store = owns_store
+
+    @property
+    def config(self) -> LoopConfig:
+        """The loop's limits for every thread run (``workers.LoopConfig()`` unless given)."""
+        if self._config is None:
+            from workers import LoopConfig
+
+            self._config = LoopConfig()
+        return self._config
 
     @classmethod
     async def open(cls, db: str, *, create_dirs: bool = False, **kw: Any) -> Orchestrator:
@@ -134,8 +128,20 @@ class Orchestrator:
 
     # ------------------------------------------------------------------ jobs
 
-    async def run_job(self, job: JobSpec | str | os.PathLike[str], **overrides: Any) -> JobOutcome:
-        """Run a job (a ``JobSpec`` or a job file) to the end."""
+    async def run_job(
+        self,
+        job: JobSpec | str | os.PathLike[str],
+        *,
+        on_lead: Callable[[ThreadInfo], None] | None = None,
+        **overrides: Any,
+    ) -> JobOutcome:
+        """Run a job (a ``JobSpec`` or a job file) to the end. ``on_lead`` is told the lead as
+        soon as it is stored: a caller that does not wait for the end needs its ref at once
+        (``orchestrator.background``)."""
+        from .isolation import record_job_base, start_job
+        from .jobs import JobSpec, load_job
+        from .runtime import create_lead, model_key
+
         spec = job if isinstance(job, JobSpec) else load_job(Path(job), **overrides)
         # Everything that can be checked before anything is stored: every model the job names
         # is built now (a scripted file is read and compiled, a provider's key is looked up),
@@ -163,7 +169,9 @@ class Orchestrator:
         )
         if base is not None:
             await record_job_base(base, lead.id)
-        rt = self._runtime(spec, lead.id)
+        if on_lead is not None:
+            on_lead(lead)
+        rt = self.runtime(spec, lead.id)
         rt.adopt_models(models)
         try:
             outcome = await rt.run(lead)
@@ -173,8 +181,10 @@ class Orchestrator:
 
     async def dispatch(self, job_ref: str, tasks: Sequence[dict[str, Any]]) -> list[RunOutcome]:
         """Run more tasks in an existing job (from Python, without the lead's model)."""
+        from .runtime import job_of
+
         lead = await self._lead_of(await self._thread(job_ref))
-        rt = self._runtime(job_of(lead), lead.id)
+        rt = self.runtime(job_of(lead), lead.id)
         try:
             spawned = await rt.spawn_workers(tool_use_id=f"api-{new_id()}", tasks=tasks)
             return [await rt.run_worker(info) for info, _ in spawned]
@@ -188,6 +198,8 @@ class Orchestrator:
     ) -> JobOutcome:
         """Continue a thread with its whole history (and ``message``, if given); same ref. A
         lead's ref resumes the whole job: finished workers are reused, interrupted ones resumed."""
+        from workers import parse_model_spec
+
         info = await self._thread(ref)
         if model is not None:
             parse_model_spec(model)
@@ -204,6 +216,8 @@ class Orchestrator:
     ) -> JobOutcome | ThreadInfo:
         """A new thread sharing ``ref``'s history up to its anchor (default: the end), then
         ``message``; run to the end unless ``run`` is False (then the fork is returned, idle)."""
+        from workers import parse_model_spec
+
         resolved = await self.store.resolve(ref)
         if model is not None:
             parse_model_spec(model)
@@ -228,21 +242,109 @@ class Orchestrator:
         pattern: str | None = None,
         max_chars: int = DEFAULT_MAX_CHARS,
     ) -> Page:
+        """A bounded page of any thread (SPEC ``read_thread``), with the ref of the next."""
+        from .runtime import read_page
+
         return await read_page(self.store, ref, mode=mode, pattern=pattern, max_chars=max_chars)
 
     async def search(
         self, query: str, *, job: str | None = None, limit: int = 20
     ) -> list[SearchHit]:
+        """Full-text hits, best first (``views.hit_json`` gives each its SPEC ``search`` shape);
+        ``job``: only the job around that ref."""
         job_id = (await self._thread(job)).job_id if job else None
         return await self.store.search(query, job_id=job_id, limit=limit)
+
+    # ------------------------------------------------------------------ reading, as SPEC shapes
+
+    async def search_json(
+        self, query: str, *, job: str | None = None, limit: int = 20
+    ) -> list[dict[str, Any]]:
+        """SPEC ``search --json``: ``search``'s hits as ``[{ref, thread, seq, role, snippet}]``."""
+        return [views.hit_json(h) for h in await self.search(query, job=job, limit=limit)]
+
+    async def show(self, ref: str, *, messages: bool = True) -> dict[str, Any]:
+        """SPEC ``show --json`` of ``ref``: a thread (its whole visible history, a fork's
+        inherited messages included) or the seq range the ref names (``T-…#7``, ``T-…#7-12``,
+        ``T-…#7-`` — the one range syntax every front door takes); ``messages=False`` leaves
+        the messages out (metadata, result and usage only)."""
+        return (await self.thread_view(ref, messages=messages)).to_json()
+
+    async def thread_view(self, ref: str, *, messages: bool = True) -> views.ThreadView:
+        """What ``show`` is made of (for a front door that renders it itself, as the CLI's text
+        does): the thread, its messages (or the range), usage and cost."""
+        resolved = await self.store.resolve(ref)
+        info = resolved.thread
+        start = resolved.start or 1
+        msgs = before = None
+        if messages:
+            msgs = await self.store.messages(info.id, start=start, end=resolved.end)
+            before = await self.store.message(info.id, start - 1) if start > 1 else None
+        totals = await self.store.usage.totals(thread_id=info.id)
+        return views.ThreadView(
+            info,
+            msgs,
+            usage=totals[0].usage if totals else Usage(),
+            cost=totals[0].cost_usd if totals else 0.0,
+            start=resolved.start,
+            end=resolved.end,
+            before=before,
+        )
+
+    async def tree(self, ref: str) -> dict[str, Any]:
+        """SPEC ``tree --json``: the job around ``ref`` as nested spawn and fork edges."""
+        focus = await self._thread(ref)
+        threads = await self.store.job_tree(focus.job_id)
+        totals = {t.thread_id: t for t in await self.store.usage.totals(job_id=focus.job_id)}
+        return views.tree_json(focus, threads, totals, empty=Usage())
+
+    async def stats(self, ref: str | None = None) -> dict[str, Any]:
+        """SPEC ``stats --json``. With ``ref``: every thread of the job around it and the job's
+        total; without: every thread that used tokens, one row per job, the total."""
+        if ref:
+            focus = await self._thread(ref)
+            infos = await self.store.job_tree(focus.job_id)
+            totals = {t.thread_id: t for t in await self.store.usage.totals(job_id=focus.job_id)}
+        else:
+            totals = {t.thread_id: t for t in await self.store.usage.totals()}
+            threads = await self.store.list_threads(oldest_first=True)
+            infos = [t for t in threads if t.id in totals]
+        leads: dict[str, ThreadInfo | None] = {t.id: t for t in infos if t.id == t.job_id}
+        for job_id in {t.job_id for t in infos} - leads.keys():
+            leads[job_id] = await self.store.get_thread(job_id)  # a lead that used no tokens
+        return views.stats_json(infos, totals, leads)
+
+    async def list_threads(
+        self,
+        *,
+        job: str | None = None,
+        status: str | None = None,
+        kind: str | None = None,
+        limit: int | None = views.LS_LIMIT,
+    ) -> list[dict[str, Any]]:
+        """SPEC ``ls --json``: threads, newest first; ``job`` (any thread's ref: the job around
+        it), ``status`` and ``kind`` filter; ``limit`` None or 0 lists all."""
+        job_id = (await self._thread(job)).job_id if job else None
+        rows = await self.store.list_threads(
+            job_id=job_id, status=status, kind=kind, limit=limit or None
+        )
+        return [views.thread_json(t) for t in rows]
 
     # ------------------------------------------------------------------ internals
 
     def _make_model(self, spec: str, **options: Any) -> Model:
+        from workers import make_model, parse_model_spec
+
         parse_model_spec(spec)
         return (self.model_factory or make_model)(spec, **options)
 
-    def _runtime(self, job: JobSpec, lead_id: str) -> JobRuntime:
+    def runtime(self, job: JobSpec, lead_id: str) -> JobRuntime:
+        """A runtime for running threads of the job led by ``lead_id`` with this
+        orchestrator's events, limits, environment and model factory (close it: ``aclose``)."""
+        from workers import make_model
+
+        from .runtime import JobRuntime
+
         return JobRuntime(
             store=self.store,
             job=job,
@@ -260,6 +362,9 @@ class Orchestrator:
         return info if info.id == info.job_id else await self.store.get_thread(info.job_id)
 
     async def _job_for(self, info: ThreadInfo) -> JobSpec:
+        from .jobs import JobSpec
+        from .runtime import job_of
+
         root = await self._lead_of(info)
         if root.kind == Kind.LEAD and (root.task or {}).get("job"):
             return job_of(root)
@@ -273,7 +378,7 @@ class Orchestrator:
 
     async def _run_existing(self, info: ThreadInfo, *, message: str | None = None) -> JobOutcome:
         job = await self._job_for(info)
-        rt = self._runtime(job, info.job_id)
+        rt = self.runtime(job, info.job_id)
         try:
             if info.kind == Kind.LEAD:
                 outcome = await rt.run(info, message=message)
@@ -305,6 +410,8 @@ class Orchestrator:
             status = Status.FAILED
             error = f"every worker failed ({len(failed)} of {len(workers)}): {failed[0].summary}"
             # and when each of them lost the model provider, the job did too (SPEC exit 4)
+            from workers import ModelError
+
             causes = [rt.ended[w].exception if w in rt.ended else None for w in rt.spawned]
             if all(isinstance(c, ModelError) for c in causes):
                 exception = causes[0]

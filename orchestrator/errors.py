@@ -48,10 +48,14 @@ EXIT_CODES: Final[dict[str, int]] = {
     "store.errors.DatabaseUnavailable": EXIT_USAGE,  # a --db that cannot be opened
     "store.errors.DatabaseError": EXIT_FAILED,
     "store.errors.ConcurrencyError": EXIT_FAILED,
+    "store.errors.RefError": EXIT_NOT_FOUND,  # the base of the ref errors: not found unless told
+    "store.errors.StoreError": EXIT_FAILED,  # the base: a store failure nobody narrowed
     # the worker runtime
     "workers.errors.ModelSpecError": EXIT_USAGE,
     "workers.errors.ScriptError": EXIT_USAGE,
     "workers.errors.ModelError": EXIT_PROVIDER,
+    "workers.errors.ToolInputError": EXIT_USAGE,
+    "workers.errors.WorkerError": EXIT_FAILED,  # the base: the worker runtime failed
     "workers.tools._sandbox.SandboxUnavailable": EXIT_USAGE,
     # the orchestrator's own errors carry their code (``exit_code``, below)
 }

@@ -11,11 +11,13 @@ at import (no pydantic: blocks are told by their ``type``, JSON comes from their
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from store import Message, Result, ThreadInfo, Usage
+    from store import Message, Result, ThreadInfo, Usage, UsageTotal
     from store._rawmodels import RawMessage, RawResult, RawThread, RawUsage
 
     # Either read path's objects: the store's models, or the fast path's plain ones with the
@@ -25,6 +27,10 @@ if TYPE_CHECKING:
     AnyMessage = Message | RawMessage
     AnyResult = Result | RawResult
     AnyUsage = Usage | RawUsage
+
+
+LS_LIMIT = 50
+"""How many threads ``ls`` (and ``api.list_threads``) lists unless told: the newest."""
 
 
 def iso(when: datetime) -> str:
@@ -76,9 +82,184 @@ def message_json(msg: AnyMessage, thread_id: str) -> dict[str, Any]:
     return out
 
 
+def source_json(task: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Where an imported thread came from (``{"format", "session_id", "path", …}``, SPEC
+    §Importing other agents' sessions), without the importer's bookkeeping; None otherwise."""
+    src = (task or {}).get("source")
+    if not isinstance(src, dict):
+        return None
+    return {k: v for k, v in src.items() if k != "imported"}
+
+
 def result_json(result: AnyResult | None) -> dict[str, Any] | None:
     return None if result is None else result.model_dump(mode="json", exclude_none=True)
 
 
 def _ref(thread_id: str | None) -> str | None:
     return None if thread_id is None else f"T-{thread_id}"
+
+
+def hit_json(hit: Any) -> dict[str, Any]:
+    """One search hit (a ``SearchHit`` or the fast path's ``RawHit``), SPEC ``search``."""
+    return {
+        "ref": hit.ref,
+        "thread": f"T-{hit.thread_id}",
+        "seq": hit.seq,
+        "role": hit.role,
+        "snippet": hit.snippet,
+    }
+
+
+# ----------------------------------------------------------------- show
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadView:
+    """One thread as ``show`` sees it, read by either path: its metadata, usage and cost, and
+    its messages — the whole visible history or the range ``start``..``end`` the ref named
+    (``start`` None: the whole thread), or None when they were not asked for. ``before`` is
+    the message preceding a range (its tool calls name the results that open the range)."""
+
+    info: AnyThread
+    messages: Sequence[AnyMessage] | None
+    usage: AnyUsage
+    cost: float
+    start: int | None = None
+    end: int | None = None
+    before: AnyMessage | None = None
+
+    @property
+    def shown(self) -> tuple[int, int] | None:
+        """The range shown, (first, last); None for the whole thread."""
+        return None if self.start is None else (self.start, self.end or self.info.head_seq)
+
+    def to_json(self) -> dict[str, Any]:
+        """SPEC ``show --json`` (without ``messages`` when they were not asked for)."""
+        info, shown = self.info, self.shown
+        data: dict[str, Any] = {
+            **thread_json(info),
+            "result": result_json(info.result),
+            "usage": usage_json(self.usage),
+            "cost_usd": self.cost,
+            "range": None if shown is None else {"start": shown[0], "end": shown[1]},
+            "task": info.task,
+            "source": source_json(info.task),
+            "error": info.error,
+        }
+        if self.messages is None:
+            del data["messages"]  # ``ls``'s count: one key, one meaning (here: the list)
+        else:
+            data["messages"] = [message_json(m, info.id) for m in self.messages]
+        return data
+
+
+# ----------------------------------------------------------------- tree
+
+
+def tree_json(
+    focus: AnyThread,
+    threads: Sequence[AnyThread],
+    totals: Mapping[str, Any],
+    *,
+    empty: AnyUsage,
+) -> dict[str, Any]:
+    """SPEC ``tree --json``: the job's lead node, nested — a spawned thread under the thread
+    that spawned it, a fork under the thread it was forked from — with ``focus`` naming the
+    ref asked about. ``threads``: the job's, oldest first; ``totals``: the usage total
+    (``UsageTotal``/``RawTotal``) per thread id; ``empty``: the usage of a thread with none."""
+    by_id = {t.id: t for t in threads}
+    children: dict[str, list[str]] = {t.id: [] for t in threads}
+    forks: dict[str, list[str]] = {t.id: [] for t in threads}
+    root = by_id.get(focus.job_id, threads[0] if threads else focus)
+    by_id.setdefault(root.id, root)
+    children.setdefault(root.id, [])
+    forks.setdefault(root.id, [])
+    for t in threads:
+        if t.id == root.id:
+            continue
+        if t.forked_from and t.forked_from.thread_id in by_id:
+            forks[t.forked_from.thread_id].append(t.id)
+        elif t.parent_id and t.parent_id in by_id:
+            children[t.parent_id].append(t.id)
+        else:
+            children[root.id].append(t.id)
+
+    def node(tid: str) -> dict[str, Any]:
+        t = by_id[tid]
+        usage = totals[tid].usage if tid in totals else empty
+        return {
+            "ref": t.ref,
+            "kind": str(t.kind),
+            "status": str(t.status),
+            "title": t.title,
+            "usage": usage_json(usage),
+            "tokens": usage.total_tokens,
+            "cost_usd": totals[tid].cost_usd if tid in totals else 0.0,
+            "parent": _ref(t.parent_id),
+            "forked_from": fork_json(t),
+            "children": [node(c) for c in children[tid]],
+            "forks": [node(f) for f in forks[tid]],
+        }
+
+    data = node(root.id)
+    data["focus"] = focus.ref
+    return data
+
+
+# ----------------------------------------------------------------- stats
+
+
+def stats_json(
+    threads: Sequence[ThreadInfo],
+    totals: Mapping[str, UsageTotal],
+    leads: Mapping[str, ThreadInfo | None],
+) -> dict[str, Any]:
+    """SPEC ``stats --json``: ``threads`` (one row each, in the order given), ``jobs`` (one row
+    per job among them, with its lead's title: ``leads`` maps job id → lead) and ``total``.
+    ``totals``: the usage total per thread id (a thread without one used nothing)."""
+    from store import Usage  # the store path only: the fast path has no ``stats``
+
+    def usage_of(tid: str) -> Usage:
+        return totals[tid].usage if tid in totals else Usage()
+
+    def cost_of(tid: str) -> float:
+        return totals[tid].cost_usd if tid in totals else 0.0
+
+    def summed(members: Sequence[ThreadInfo]) -> dict[str, Any]:
+        usage = Usage()
+        for t in members:
+            usage = usage + usage_of(t.id)
+        return {
+            "usage": usage_json(usage),
+            "cost_usd": sum(cost_of(t.id) for t in members),
+            "cache_read_share": cache_share(usage),
+        }
+
+    jobs: dict[str, list[ThreadInfo]] = {}
+    for t in threads:
+        jobs.setdefault(t.job_id, []).append(t)
+    return {
+        "threads": [
+            {
+                "ref": t.ref,
+                "kind": str(t.kind),
+                "title": t.title,
+                "job": f"T-{t.job_id}",
+                "usage": usage_json(usage_of(t.id)),
+                "cost_usd": cost_of(t.id),
+                "responses": totals[t.id].responses if t.id in totals else 0,
+                "cache_read_share": cache_share(usage_of(t.id)),
+            }
+            for t in threads
+        ],
+        "jobs": [
+            {
+                "ref": f"T-{j}",
+                "title": lead.title if (lead := leads.get(j)) is not None else "",
+                "threads": len(members),
+                **summed(members),
+            }
+            for j, members in jobs.items()
+        ],
+        "total": summed(threads),
+    }

@@ -1,4 +1,5 @@
-"""Reading threads: ``ls``, ``show``, ``tree``, ``search``."""
+"""Reading threads: ``ls``, ``show``, ``tree``, ``search`` — through ``orchestrator.api`` (the
+same shapes as every front door), rendered by ``_read_views``."""
 
 from __future__ import annotations
 
@@ -6,23 +7,24 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..views import LS_LIMIT
 from ._app import Output, command, run_command
 from ._read_views import View, ls_view, search_view, show_view, tree_view
 
 if TYPE_CHECKING:
-    from store import Store, ThreadInfo
+    from store import Store
 
+    from ..api import Orchestrator
     from ._thread_text import Mode
 
 STATUSES = ("idle", "queued", "running", "done", "failed", "interrupted", "cancelled")
 KINDS = ("lead", "worker", "reader")
-LS_LIMIT = 50
 
 
-async def job_of(store: Store, ref: str) -> ThreadInfo:
-    """The lead thread of the job around ``ref`` (a job is named by its lead's ref)."""
-    info = (await store.resolve(ref)).thread
-    return info if info.job_id == info.id else await store.get_thread(info.job_id)
+def _api(store: Store) -> Orchestrator:
+    from ..api import Orchestrator
+
+    return Orchestrator(store)
 
 
 def _output(view: View) -> Output:
@@ -54,9 +56,8 @@ def ls(
     """
 
     async def go(store: Store) -> Output:
-        job_id = (await job_of(store, job)).id if job else None
-        rows = await store.list_threads(
-            job_id=job_id, status=status, kind=kind, limit=limit + 1 if limit else None
+        rows = await _api(store).list_threads(
+            job=job, status=status, kind=kind, limit=limit + 1 if limit else None
         )
         more = bool(limit) and len(rows) > limit
         return _output(ls_view(rows[:limit] if limit else rows, limit=limit, more=more))
@@ -102,33 +103,14 @@ def show(ctx: click.Context, ref: str, tools: bool, raw: bool, redact: bool) -> 
     """
 
     async def go(store: Store) -> Output:
-        from store import Usage
-
-        resolved = await store.resolve(ref)
-        info = resolved.thread
-        start = resolved.start or 1
-        msgs = await store.messages(info.id, start=start, end=resolved.end)
-        before = await store.message(info.id, start - 1) if start > 1 else None
-        totals = await store.usage.totals(thread_id=info.id)
+        view = await _api(store).thread_view(ref)
         mode: Mode = "raw" if raw else "tools" if tools else "brief"
         # outputs stored apart (too large to keep inline) are printed whole by --raw: spooled
         # now, while the store is open, and streamed when printed
         from ._thread_text import WholeOutputs
 
-        whole = await WholeOutputs.spool(store, msgs) if raw else None
-        view = show_view(
-            info,
-            msgs,
-            start=resolved.start,
-            end=resolved.end,
-            before=before,
-            usage=totals[0].usage if totals else Usage(),
-            cost=totals[0].cost_usd if totals else 0.0,
-            mode=mode,
-            redact=redact,
-            whole=whole,
-        )
-        return _output(view)
+        whole = await WholeOutputs.spool(store, view.messages or ()) if raw else None
+        return _output(show_view(view, mode=mode, redact=redact, whole=whole))
 
     run_command(ctx, go)
 
@@ -151,12 +133,7 @@ def tree(ctx: click.Context, ref: str) -> None:
     """
 
     async def go(store: Store) -> Output:
-        from store import Usage
-
-        focus = (await store.resolve(ref)).thread
-        threads = await store.job_tree(focus.job_id)
-        totals = {t.thread_id: t for t in await store.usage.totals(job_id=focus.job_id)}
-        return _output(tree_view(focus, threads, totals, empty=Usage()))
+        return _output(tree_view(await _api(store).tree(ref)))
 
     run_command(ctx, go)
 
@@ -186,8 +163,7 @@ def search(ctx: click.Context, query: str, job: str | None, limit: int) -> None:
         raise CliError("search: the query is empty")
 
     async def go(store: Store) -> Output:
-        job_id = (await job_of(store, job)).id if job else None
-        hits = await store.search(query, job_id=job_id, limit=limit)
+        hits = await _api(store).search(query, job=job, limit=limit)
         return _output(search_view(query, hits))
 
     run_command(ctx, go)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -11,7 +10,7 @@ from ._app import Output, command, run_command
 from ._render import Column, Printer, count, one_line, percent, usd
 
 if TYPE_CHECKING:
-    from store import Store, ThreadInfo, Usage
+    from store import Store
 
 
 @command("stats", short_help="Tokens, cost and cache-read share per thread and job.")
@@ -29,104 +28,30 @@ def stats(ctx: click.Context, ref: str | None) -> None:
     total: {usage, cost_usd}} — threads lists every thread with usage (with REF: every thread
     of the job).
     """
-    from ..views import cache_share, usage_json
 
     async def go(store: Store) -> Output:
-        from store import Usage
+        from ..api import Orchestrator
 
-        if ref:
-            focus = (await store.resolve(ref)).thread
-            infos = await store.job_tree(focus.job_id)
-            totals = {t.thread_id: t for t in await store.usage.totals(job_id=focus.job_id)}
-        else:
-            totals = {t.thread_id: t for t in await store.usage.totals()}
-            infos = [t for t in await store.list_threads(oldest_first=True) if t.id in totals]
-        by_id = {t.id: t for t in infos}
-
-        def usage_of(tid: str) -> Usage:
-            return totals[tid].usage if tid in totals else Usage()
-
-        def cost_of(tid: str) -> float:
-            return totals[tid].cost_usd if tid in totals else 0.0
-
-        threads = [
-            {
-                "ref": t.ref,
-                "kind": str(t.kind),
-                "title": t.title,
-                "job": f"T-{t.job_id}",
-                "usage": usage_json(usage_of(t.id)),
-                "cost_usd": cost_of(t.id),
-                "responses": totals[t.id].responses if t.id in totals else 0,
-                "cache_read_share": cache_share(usage_of(t.id)),
-            }
-            for t in infos
-        ]
-        jobs: dict[str, list[ThreadInfo]] = {}
-        for t in infos:
-            jobs.setdefault(t.job_id, []).append(t)
-        leads = {j: by_id.get(j) for j in jobs}
-        missing = [j for j, lead in leads.items() if lead is None]
-        for j in missing:  # a lead that used no tokens itself: still names its job
-            leads[j] = await store.get_thread(j)
-        per_job: list[tuple[str, str, int, Usage, float]] = []
-        for j, members in jobs.items():
-            lead = leads[j]
-            per_job.append(
-                (
-                    f"T-{j}",
-                    lead.title if lead else "",
-                    len(members),
-                    _sum(usage_of(t.id) for t in members),
-                    sum(cost_of(t.id) for t in members),
-                )
-            )
-        job_rows = [
-            {
-                "ref": jref,
-                "title": title,
-                "threads": n,
-                "usage": usage_json(u),
-                "cost_usd": cost,
-                "cache_read_share": cache_share(u),
-            }
-            for jref, title, n, u, cost in per_job
-        ]
-        total_usage = _sum(usage_of(t.id) for t in infos)
-        total_cost = sum(cost_of(t.id) for t in infos)
-        data: dict[str, Any] = {
-            "threads": threads,
-            "jobs": job_rows,
-            "total": {
-                "usage": usage_json(total_usage),
-                "cost_usd": total_cost,
-                "cache_read_share": cache_share(total_usage),
-            },
-        }
+        data = await Orchestrator(store).stats(ref)
 
         def text(p: Printer) -> None:
             if ref:
                 head = [Column("THREAD"), Column("KIND"), Column("TITLE", wrap=True)]
                 rows = [
-                    [
-                        t.ref,
-                        str(t.kind),
-                        one_line(t.title, 50),
-                        *_cells(usage_of(t.id), cost_of(t.id)),
-                    ]
-                    for t in infos
+                    [t["ref"], t["kind"], one_line(t["title"], 50), *_cells(t)]
+                    for t in data["threads"]
                 ]
             else:
                 head = [Column("JOB"), Column("THREADS", "right"), Column("TITLE", wrap=True)]
                 rows = [
-                    [jref, str(n), one_line(title, 50), *_cells(u, cost)]
-                    for jref, title, n, u, cost in per_job
+                    [j["ref"], str(j["threads"]), one_line(j["title"], 50), *_cells(j)]
+                    for j in data["jobs"]
                 ]
             if not rows:
                 click.echo("no usage recorded", err=True)
                 return
             label = "job total" if ref else "total"
-            rows.append([label, "", "", *_cells(total_usage, total_cost)])
+            rows.append([label, "", "", *_cells(data["total"])])
             p.table([*head, *_NUMBER_COLUMNS], rows)
 
         return Output(data, text)
@@ -144,26 +69,17 @@ _NUMBER_COLUMNS = [
 ]
 
 
-def _cells(u: Usage, cost: float) -> list[str]:
-    from ..views import cache_share
-
+def _cells(row: dict[str, Any]) -> list[str]:
+    """The number columns of a ``stats`` row (``views.stats_json``: usage, share, cost)."""
+    u = row["usage"]
     return [
-        count(u.input_tokens),
-        count(u.output_tokens),
-        count(u.cache_read_input_tokens),
-        count(u.cache_creation_input_tokens),
-        percent(cache_share(u)),
-        usd(cost),
+        count(u["input_tokens"]),
+        count(u["output_tokens"]),
+        count(u["cache_read_input_tokens"]),
+        count(u["cache_creation_input_tokens"]),
+        percent(row["cache_read_share"]),
+        usd(row["cost_usd"]),
     ]
-
-
-def _sum(usages: Iterable[Usage]) -> Usage:
-    from store import Usage
-
-    total = Usage()
-    for u in usages:
-        total = total + u
-    return total
 
 
 @command("migrate")

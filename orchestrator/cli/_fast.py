@@ -22,10 +22,11 @@ Both paths render through the same builders (``_read_views``), so text, ``--json
 
 Two entries: the ``threadloom`` command itself (``_entry.main``, the console script and
 ``python -m orchestrator``) calls ``run_standalone`` before click is imported (click and the CLI
-module cost ~25 ms of a ~100 ms budget), writing through ``_emit``/``_report`` —
-``cli.emit``/``cli.report_error`` for the cases met here, without click. In-process callers
-(``CliRunner``, an embedding program) reach ``attempt`` from ``ThreadloomGroup.main``, which
-writes through ``cli.emit`` itself.
+module cost ~25 ms of a ~100 ms budget); in-process callers (``CliRunner``, an embedding
+program) reach ``attempt`` from ``ThreadloomGroup.main``. Both write through ``_emit`` —
+``cli.emit`` for the cases met here, without click (so this module never imports ``_app``,
+which imports it) — and the standalone entry reports errors through ``_report``, the same for
+``cli.report_error``.
 
 ``THREADLOOM_NO_FAST=1`` turns the fast path off (the full path runs every command).
 ``THREADLOOM_FAST_TRACE=FILE`` appends one JSON line per command to FILE: whether the fast
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     import sqlite3
 
     from ._read_views import View
+    from ._thread_text import Mode
 
 COMMANDS = ("ls", "show", "search", "tree")
 HEAVY_MODULES = ("sqlalchemy", "pydantic", "structlog", "aiosqlite", "alembic", "rich", "click")
@@ -54,7 +56,6 @@ HEAVY_MODULES = ("sqlalchemy", "pydantic", "structlog", "aiosqlite", "alembic", 
 
 _STATUSES = ("idle", "queued", "running", "done", "failed", "interrupted", "cancelled")
 _KINDS = ("lead", "worker", "reader")
-_LS_LIMIT = 50  # as _cmd_read.LS_LIMIT
 _SEARCH_LIMIT = 20
 
 
@@ -168,8 +169,8 @@ def run_standalone(argv: Sequence[str]) -> int | None:
 def attempt(argv: Sequence[str], *, standalone: bool = False) -> int | None:
     """Run ``argv`` on the fast path and return its exit code, or None (nothing written) when
     the full path must run it. Store errors (bad, unknown or ambiguous refs) propagate, to be
-    reported by the caller as the full path reports them. ``standalone``: write through this
-    module's copy of ``cli.emit`` (click not imported) instead of ``cli.emit`` itself."""
+    reported by the caller as the full path reports them. ``standalone``: the call from
+    ``run_standalone`` (after which the one in ``ThreadloomGroup.main`` declines at once)."""
     if _ATTEMPTED and not standalone:
         return None
     if os.environ.get("THREADLOOM_NO_FAST", "") not in ("", "0"):
@@ -199,15 +200,7 @@ def attempt(argv: Sequence[str], *, standalone: bool = False) -> int | None:
     finally:
         conn.close()
     _trace(taken=True)
-    if standalone:
-        return _emit(view, as_json=args.json)
-    from ._app import AppContext, Output, emit
-
-    emit(
-        AppContext(json=args.json),
-        Output(view.data, view.text, redact=view.redact, verbatim=view.verbatim),
-    )
-    return 0
+    return _emit(view, as_json=args.json)
 
 
 # ``cli.emit`` and ``cli.report_error`` for the cases the fast path meets, without click (the
@@ -253,15 +246,18 @@ def _report(exc: BaseException, *, json_mode: bool) -> int:
 
 
 def _view(conn: sqlite3.Connection, args: Args) -> View:
+    """The command's ``View`` from the raw reader, through the shapes ``orchestrator.api``
+    builds from the store (``orchestrator.views``) and the same text builders."""
     from store import _rawread as raw
     from store._rawmodels import RawUsage
 
+    from .. import views as shapes
     from . import _read_views as views
 
     opts = args.options
     if args.command == "ls":
         job = raw.job_of(conn, opts["--job"]).id if "--job" in opts else None
-        limit = int(opts.get("--limit", _LS_LIMIT))
+        limit = int(opts.get("--limit", shapes.LS_LIMIT))
         rows = raw.list_threads(
             conn,
             job_id=job,
@@ -270,29 +266,28 @@ def _view(conn: sqlite3.Connection, args: Args) -> View:
             limit=limit + 1 if limit else None,
         )
         more = bool(limit) and len(rows) > limit
-        return views.ls_view(rows[:limit] if limit else rows, limit=limit, more=more)
+        shown = [shapes.thread_json(t) for t in (rows[:limit] if limit else rows)]
+        return views.ls_view(shown, limit=limit, more=more)
     if args.command == "show":
         info, start, end = raw.resolve(conn, args.positional[0])
         first = start or 1
-        msgs = raw.messages(conn, info.id, start=first, end=end)
-        before = raw.message(conn, info.id, first - 1) if first > 1 else None
         sums = raw.usage_totals(conn, thread_id=info.id)
-        return views.show_view(
+        view = shapes.ThreadView(
             info,
-            msgs,
-            start=start,
-            end=end,
-            before=before,
+            raw.messages(conn, info.id, start=first, end=end),
             usage=sums[0].usage if sums else RawUsage(),
             cost=sums[0].cost_usd if sums else 0.0,
-            mode="tools" if "--tools" in args.flags else "brief",
-            redact="--redact" in args.flags,
+            start=start,
+            end=end,
+            before=raw.message(conn, info.id, first - 1) if first > 1 else None,
         )
+        mode: Mode = "tools" if "--tools" in args.flags else "brief"
+        return views.show_view(view, mode=mode, redact="--redact" in args.flags)
     if args.command == "tree":
         focus = raw.resolve(conn, args.positional[0])[0]
         threads = raw.job_tree(conn, focus.job_id)
         totals = {t.thread_id: t for t in raw.usage_totals(conn, job_id=focus.job_id)}
-        return views.tree_view(focus, threads, totals, empty=RawUsage())
+        return views.tree_view(shapes.tree_json(focus, threads, totals, empty=RawUsage()))
     query = args.positional[0]
     job = raw.job_of(conn, opts["--job"]).id if "--job" in opts else None
     hits = raw.search(conn, query, job_id=job, limit=int(opts.get("--limit", _SEARCH_LIMIT)))

@@ -3,14 +3,32 @@ lead's tools (``lead_tools``), bounded pages of a transcript (``pages``) and the
 readers' prompts (``prompts``). Every thread runs through ``workers.run_thread``.
 
 It sits between ``orchestrator.api`` (above) and ``orchestrator.isolation`` (below), and never
-imports a front door (``orchestrator.cli``, ``mcp``, ``web``).
+imports a front door (``orchestrator.cli``, ``mcp``, ``web``). Its names load on first access,
+so ``runtime.pages`` alone (what reading needs) does not import the worker loop.
 """
 
 from __future__ import annotations
 
-from .job import JobRuntime, ModelFactory, ModelKey, model_key
-from .pages import DEFAULT_MAX_CHARS, Mode, Page, read_page
-from .threads import create_lead, job_of
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .job import JobRuntime, ModelFactory, ModelKey, model_key
+    from .pages import DEFAULT_MAX_CHARS, Mode, Page, read_page
+    from .threads import create_lead, job_of
+
+_WHERE = {
+    "DEFAULT_MAX_CHARS": ".pages",
+    "JobRuntime": ".job",
+    "Mode": ".pages",
+    "ModelFactory": ".job",
+    "ModelKey": ".job",
+    "Page": ".pages",
+    "create_lead": ".threads",
+    "job_of": ".threads",
+    "model_key": ".job",
+    "read_page": ".pages",
+}
 
 __all__ = [
     "DEFAULT_MAX_CHARS",
@@ -24,3 +42,11 @@ __all__ = [
     "model_key",
     "read_page",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

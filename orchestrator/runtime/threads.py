@@ -143,12 +143,18 @@ async def create_reader(
 
 
 async def create_lead(
-    store: Store, job: JobSpec, *, isolation: dict[str, Any] | None = None
+    store: Store,
+    job: JobSpec,
+    *,
+    isolation: dict[str, Any] | None = None,
+    status: Status = Status.QUEUED,
 ) -> ThreadInfo:
     """The lead thread of a new job. With ``[[task]]`` entries the lead's first turn — the
     ``dispatch`` of exactly those tasks — is written here; running the lead then carries it out
     (dispatch is replay-safe, so a crash during it is resumed, not repeated). ``isolation`` is
-    the worktree job's base (``isolation.JobBase.to_json()``); with it the lead gets ``merge``."""
+    the worktree job's base (``isolation.JobBase.to_json()``); with it the lead gets ``merge``.
+    ``status``: ``queued`` (it is about to run) unless the caller is the lead itself (an MCP
+    client: ``idle``)."""
     messages = [NewMessage.user(lead_message(job))]
     if job.tasks:
         messages.append(first_dispatch(job.tasks))
@@ -162,7 +168,7 @@ async def create_lead(
         system_prompt=lead_system_prompt(),
         tools=[*LEAD_TOOLS, *((MERGE_TOOL,) if isolation is not None else ())],
         model=job.lead_model,
-        status=Status.QUEUED,
+        status=status,
         messages=messages,
     )
 
