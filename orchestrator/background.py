@@ -67,6 +67,7 @@ class Background:
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._job_of_task: dict[str, str] = {}
         self._runtimes: dict[str, JobRuntime] = {}
+        self._leads_lock = asyncio.Lock()
 
     @property
     def store(self) -> Store:
@@ -80,10 +81,11 @@ class Background:
         caller is the lead), so it stays ``idle``; its workers, readers and usage make a job
         like any other (``tree``, ``stats``, the budget)."""
         wanted = job.model_dump(mode="json")
-        for info in await self.store.list_threads(kind=Kind.LEAD, limit=500):
-            if info.title == job.name and (info.task or {}).get("job") == wanted:
-                return info
-        return await create_lead(self.store, job, status=Status.IDLE)
+        async with self._leads_lock:  # two first calls at once make one lead, not two
+            for info in await self.store.list_threads(kind=Kind.LEAD, limit=500):
+                if info.title == job.name and (info.task or {}).get("job") == wanted:
+                    return info
+            return await create_lead(self.store, job, status=Status.IDLE)
 
     def runtime(self, lead: ThreadInfo) -> JobRuntime:
         """One runtime per lead for as long as this runner lives: its semaphore bounds the

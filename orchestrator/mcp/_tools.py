@@ -60,16 +60,30 @@ _READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 _STARTS_WORK = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True)
 
 
-def answer(data: dict[str, Any], *, text: str | None = None) -> CallToolResult:
-    """Structured content, and its compact JSON (or ``text``) for clients that read text."""
+MAX_ANSWER_CHARS = 50_000
+"""No answer's text is longer (about 12,500 tokens; its structured copy travels beside it)."""
+
+
+def answer(
+    data: dict[str, Any], *, text: str | None = None, narrow: str | None = None
+) -> CallToolResult:
+    """Structured content, and its compact JSON (or ``text``) for clients that read text.
+    With ``narrow`` (how to ask for less), an answer too large for one call is refused; the
+    answers without it are bounded as they are built (pages, ``bounded``) and never refused —
+    a dispatch's refs must reach the caller."""
     shown = text if text is not None else json.dumps(data, ensure_ascii=False)
+    if narrow is not None and len(shown) > MAX_ANSWER_CHARS:
+        raise ToolError(
+            f"the answer is {len(shown):,} characters, more than one call returns"
+            f" ({MAX_ANSWER_CHARS:,}): {narrow}"
+        )
     return CallToolResult(content=[TextContent(type="text", text=shown)], structured_content=data)
 
 
-def listing(items: list[Any]) -> CallToolResult:
+def listing(items: list[Any], *, narrow: str) -> CallToolResult:
     """A SPEC list shape: the text is the list itself; the structured content wraps it as
     ``{"result": [...]}`` (structured content is an object), as the SDK does for lists."""
-    return answer({"result": items}, text=json.dumps(items, ensure_ascii=False))
+    return answer({"result": items}, text=json.dumps(items, ensure_ascii=False), narrow=narrow)
 
 
 def bounded(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -243,7 +257,8 @@ def register_tools(app: Threadloom) -> None:
         """Full-text search over every message of every thread; each hit is a ref with its
         message anchor (T-…#n) and a snippet."""
         with refusals():
-            return listing(await app.orch.search_json(query, job=job, limit=limit))
+            hits = await app.orch.search_json(query, job=job, limit=limit)
+            return listing(hits, narrow="lower limit, or name a job")
 
     @server.tool(annotations=_STARTS_WORK)
     async def ask_thread(
@@ -308,13 +323,14 @@ def register_tools(app: Threadloom) -> None:
         """Threads, newest first (as `threadloom ls --json`)."""
         with refusals():
             rows = await app.orch.list_threads(job=job, status=status, kind=kind, limit=limit)
-            return listing(rows)
+            return listing(rows, narrow="lower limit, or filter by job, status or kind")
 
     @server.tool(annotations=_READ_ONLY)
     async def job_tree(ref: Ref) -> CallToolResult:
         """The job around ref as a tree of spawn and fork edges, with status and tokens."""
         with refusals():
-            return answer(await app.orch.tree(ref))
+            narrow = "list_threads(job=ref, limit=…) pages through a large job"
+            return answer(await app.orch.tree(ref), narrow=narrow)
 
     @server.tool(annotations=_READ_ONLY)
     async def stats(
@@ -322,7 +338,7 @@ def register_tools(app: Threadloom) -> None:
     ) -> CallToolResult:
         """Tokens and estimated cost per thread and in total (as `threadloom stats --json`)."""
         with refusals():
-            return answer(await app.orch.stats(ref))
+            return answer(await app.orch.stats(ref), narrow="ask for one job: stats(ref)")
 
     @server.tool(annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False))
     async def cancel(ref: Ref) -> CallToolResult:

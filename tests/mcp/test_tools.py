@@ -4,6 +4,7 @@ session, and bad arguments answered with one clear line."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from mcp.types import ListRootsResult, Root
 from pydantic import FileUrl
 
 from orchestrator import Orchestrator
+from orchestrator.mcp import _tools
 from store import Kind, Status
 
 from .conftest import Serve, Setup, client, data, text
@@ -274,6 +276,27 @@ async def test_a_workspace_outside_the_clients_roots_is_refused(
         default = data(await c.call_tool("dispatch", {"tasks": [task("b")]}))
         info = (await app.orch.store.resolve(default["workers"][0]["ref"])).thread
         assert (info.task or {})["workspace"] == str(setup.ws)  # the first root, not the cwd
+
+
+async def test_an_answer_too_large_for_one_call_is_refused_with_how_to_ask_for_less(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_tools, "MAX_ANSWER_CHARS", 200)
+    async with serve() as app, client(app) as c:
+        out = data(await c.call_tool("dispatch", {"tasks": [task("a"), task("b")], "wait_s": 20}))
+        big = await c.call_tool("list_threads", {"job": out["job"]})
+        assert big.is_error and "lower limit" in text(big)
+        tree = await c.call_tool("job_tree", {"ref": out["job"]})
+        assert tree.is_error and "list_threads(job=ref" in text(tree)
+        monkeypatch.setattr(_tools, "MAX_ANSWER_CHARS", 10**6)
+        assert not (await c.call_tool("job_tree", {"ref": out["job"]})).is_error
+
+
+async def test_first_calls_at_once_from_one_client_make_one_job(serve: Serve) -> None:
+    async with serve() as app, client(app) as c:
+        calls = [c.call_tool("dispatch", {"tasks": [task(t)], "wait_s": 20}) for t in "abc"]
+        outs = [data(r) for r in await asyncio.gather(*calls)]
+    assert len({o["job"] for o in outs}) == 1
 
 
 @pytest.mark.slow
