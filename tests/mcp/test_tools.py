@@ -13,7 +13,7 @@ from mcp.types import ListRootsResult, Root
 from pydantic import FileUrl
 
 from orchestrator import Orchestrator
-from orchestrator.mcp import _tools
+from orchestrator.mcp import Settings, Threadloom, _tools
 from store import Kind, Status
 
 from .conftest import Serve, Setup, client, data, text
@@ -113,17 +113,20 @@ async def test_refs_outlive_the_session_and_the_server_process(serve: Serve, set
     async with serve() as app:
         async with client(app) as first:
             out = data(await first.call_tool("dispatch", {"tasks": [task("slow")], "wait_s": 0}))
-        async with client(app) as second:  # a reconnect: a new session, the same refs
-            got = data(await second.call_tool("wait", {"refs": out["pending"], "timeout_s": 30}))
-        assert got["workers"][0]["status"] == "done"
-        # another server over the same database (another process, say) sees the same thing
+        # another server over the same database (another process, say) waits on the same refs
+        # while this one runs them: it reads the store until they end
         async with await Orchestrator.open(str(setup.db)) as orch2:
-            from orchestrator.mcp import Settings, Threadloom
-
             other = Threadloom(orch2, Settings(cwd=setup.ws))
-            async with client(other) as third:
-                seen = data(await third.call_tool("wait", {"refs": out["pending"], "timeout_s": 0}))
+            async with client(other) as elsewhere:
+                refused = await elsewhere.call_tool("cancel", {"ref": out["pending"][0]})
+                assert refused.is_error and "run by another process" in text(refused)
+                seen = data(
+                    await elsewhere.call_tool("wait", {"refs": out["pending"], "timeout_s": 30})
+                )
             await other.aclose()
+        async with client(app) as second:  # a reconnect: a new session, the same refs
+            got = data(await second.call_tool("wait", {"refs": out["pending"], "timeout_s": 0}))
+    assert got["pending"] == [] and got["workers"][0]["status"] == "done"
     assert seen["workers"] == got["workers"]
 
 
