@@ -76,7 +76,8 @@ def parse(
                 continue  # read with its session
             kind = detect(f)
             if kind not in _PARSERS or (fmt != "auto" and kind != fmt):
-                report.unrecognized.append(str(f))
+                if f.name != codex.INDEX:
+                    report.unrecognized.append(str(f))
                 continue
             if known is not None and all(_same(x, known) for x in _files_of(f)):
                 held.append((f, kind))
@@ -97,6 +98,7 @@ def parse(
             sessions += _PARSERS[kind].parse_file(f)
         held = []
         claude_code.link(sessions)
+    codex.name_sessions(sessions, path if path.is_dir() else path.parent)
     report.unchanged = [str(x) for f, _ in held for x in _files_of(f)]
     report.skipped = sum(s.skipped for s in sessions)
     return sessions, report

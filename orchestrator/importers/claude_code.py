@@ -64,6 +64,12 @@ def parse_file(path: Path, lines: Iterable[str] | None = None) -> list[Session]:
     if path.parent.name == "subagents":
         return [_subagent(path, session_dir=path.parent.parent)]
     data = read_lines(path) if lines is None else JsonLines.of(lines)
+    if path.name.startswith("agent-"):  # older versions: agent-<id>.jsonl beside the sessions
+        owner = next(
+            (o["sessionId"] for o in data.objects if isinstance(o.get("sessionId"), str)), None
+        )
+        if owner is not None:
+            return [_subagent(path, session_dir=path.parent / owner, data=data)]
     main = _session(data, path=path, kind=Kind.LEAD, session_dir=path.with_suffix(""))
     out = [main]
     sub_dir = path.with_suffix("") / "subagents"
@@ -74,7 +80,13 @@ def parse_file(path: Path, lines: Iterable[str] | None = None) -> list[Session]:
     return out
 
 
-def _subagent(path: Path, *, session_dir: Path, titles: dict[str, str] | None = None) -> Session:
+def _subagent(
+    path: Path,
+    *,
+    session_dir: Path,
+    titles: dict[str, str] | None = None,
+    data: JsonLines | None = None,
+) -> Session:
     meta: dict[str, Any] = {}
     meta_file = path.with_name(path.stem + ".meta.json")
     try:
@@ -83,7 +95,7 @@ def _subagent(path: Path, *, session_dir: Path, titles: dict[str, str] | None = 
     except (OSError, ValueError):
         pass
     agent = path.stem.removeprefix("agent-")
-    data = read_lines(path)
+    data = read_lines(path) if data is None else data
     parent = session_dir.name
     sess = _session(
         data,

@@ -69,6 +69,7 @@ class _Rollout:
         self.answered: set[str] = set()
         self.exec_results: dict[str, dict[str, Any]] = {}
         self.last_total: Any = None
+        self.name: str | None = None
 
     def session(self) -> Session:
         objs = self.data.objects
@@ -107,7 +108,9 @@ class _Rollout:
         if self.unmodeled:
             source["unmodeled"] = dict(sorted(self.unmodeled.items()))
         forked = self.meta.get("forked_from_id")
-        title = first_text(main.messages) or f"codex {sid}"
+        title = self.name or first_text(main.messages) or f"codex {sid}"
+        if self.name:
+            source["thread_name"] = self.name
         if kind == Kind.WORKER and isinstance(source.get("agent_nickname"), str):
             title = f"{source['agent_nickname']}: {title}"
         created = iso_ms(self.meta.get("timestamp")) or (
@@ -167,6 +170,10 @@ class _Rollout:
                 )
         elif t == "thread_rolled_back":
             self._rolled_back(p.get("num_turns"))
+        elif t == "thread_name_updated":
+            name = p.get("thread_name") or p.get("name")
+            if isinstance(name, str) and name.strip():
+                self.name = name.strip()
         elif t not in _ECHO_EVENTS:
             self.unmodeled[f"event:{t}"] += 1
 
@@ -275,6 +282,33 @@ class _Rollout:
             args = action if isinstance(action, dict) else {"action": action}
             name = name or "local_shell"
         self.b.assistant([ToolUseBlock(id=call, name=name or "tool", input=args)])
+
+
+INDEX = "session_index.jsonl"
+"""Codex's sidecar of thread names (``$CODEX_HOME/session_index.jsonl``: ``{"id",
+"thread_name", "updated_at"}`` a line, the newest line of an id wins)."""
+
+
+def name_sessions(sessions: list[Session], root: Path) -> None:
+    """Title the sessions Codex has a name for in the ``session_index.jsonl`` at ``root`` or
+    the nearest of its four parents that has one (``~/.codex`` itself, when importing
+    ``~/.codex/sessions`` or a day's folder of it), unless the rollout renamed its thread."""
+    names: dict[str, str] = {}
+    for folder in [root, *root.parents][:5]:
+        if (folder / INDEX).is_file():
+            for o in read_lines(folder / INDEX).objects:
+                if isinstance(o.get("id"), str) and isinstance(o.get("thread_name"), str):
+                    names[o["id"]] = o["thread_name"]
+            break
+    for s in sessions:
+        name = names.get(str(s.source.get("session_id")))
+        if s.source.get("format") == FORMAT and name and not s.source.get("thread_name"):
+            s.source["thread_name"] = name
+            s.title = (
+                f"{s.source['agent_nickname']}: {name}"
+                if s.kind == Kind.WORKER and s.source.get("agent_nickname")
+                else name
+            )
 
 
 def _output(out: Any) -> tuple[str, bool]:

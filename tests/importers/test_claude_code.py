@@ -348,3 +348,17 @@ def test_a_turn_split_around_its_own_results_is_folded_back(tmp_path: Path) -> N
     assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant"]
     assert [b.id for b in msgs[1].tool_uses()] == ["tuA", "tuB"]
     assert [r.text for r in msgs[2].tool_results()] == ["did a", "did b"]
+
+
+async def test_an_older_agent_file_beside_the_sessions_is_a_subagent(
+    tmp_path: Path, store: Store
+) -> None:
+    s = basic(tmp_path)
+    s.write()
+    old = ClaudeSession(tmp_path, s.session_id, file=tmp_path / "agent-3f2a1b.jsonl")
+    old.user("look around", isSidechain=True, agentId="3f2a1b")
+    old.text("looked", msg_id="o1")
+    old.write()
+    main, worker = (await import_sessions(store, tmp_path)).threads
+    assert worker.info.kind == Kind.WORKER and worker.info.parent_id == main.info.id
+    assert worker.source["session_id"] == f"{s.session_id}/3f2a1b"

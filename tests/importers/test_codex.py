@@ -3,6 +3,7 @@ usage rows from token counts, one result per call, rollbacks, compaction, forks,
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from orchestrator.importers import COMPACTION_MARK, detect, import_sessions, parse
@@ -199,3 +200,37 @@ def test_output_shapes_and_local_shell_calls(tmp_path: Path) -> None:
     assert parts.text.startswith("part one\n[input_image block]")
     broken = msgs[5].content[1]
     assert isinstance(broken, ToolUseBlock) and broken.input == {"arguments": "{not json"}
+
+
+def test_thread_names_from_the_rollout_or_codexs_index(tmp_path: Path) -> None:
+    sessions = tmp_path / ".codex" / "sessions"
+    named = CodexRollout(sessions, "019a0000-aaaa-7bbb-8ccc-0000000000a1")
+    named.user("first words")
+    named.event(type="thread_name_updated", thread_id=named.session_id, thread_name="Renamed")
+    named.write()
+    indexed = CodexRollout(sessions, "019a0000-aaaa-7bbb-8ccc-0000000000a2")
+    indexed.user("other words")
+    indexed.write()
+    plain = CodexRollout(sessions, "019a0000-aaaa-7bbb-8ccc-0000000000a3")
+    plain.user("plain words")
+    plain.write()
+    index = tmp_path / ".codex" / "session_index.jsonl"
+    index.write_text(
+        "".join(
+            json.dumps({"id": i, "thread_name": n, "updated_at": "2026-01-02T10:00:00Z"}) + "\n"
+            for i, n in [
+                (indexed.session_id, "Old name"),
+                (indexed.session_id, "Index name"),
+                (named.session_id, "Not this one"),
+            ]
+        )
+    )
+    for root in (sessions, tmp_path / ".codex"):
+        found, report = parse(root)
+        titles = {s.source["session_id"]: s.title for s in found}
+        assert titles == {
+            named.session_id: "Renamed",
+            indexed.session_id: "Index name",
+            plain.session_id: "plain words",
+        }
+        assert report.unrecognized == []
