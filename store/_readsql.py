@@ -68,14 +68,29 @@ def fts5_query(query: str) -> str:
 
 def fts5_search_sql(*, by_job: bool) -> str:
     """The SQLite search statement, named parameters ``:q`` (``fts5_query``), ``:job`` (with
-    ``by_job``) and ``:n``: hits best first, ties newest thread first, then by seq."""
+    ``by_job``) and ``:n``: hits best first, ties newest thread first, then by seq.
+
+    Every hit must be ranked, but nothing else need be done for every hit: a common word hits
+    most messages, and reading ``thread_id`` and ``seq`` of every hit (a lookup in the index's
+    content table each) cost more than ranking them (a word in 41,000 of 110,000 messages:
+    ~55 ms against ~40 ms here), before the joins and snippets. So the
+    hits are ranked once (``hits``: rowid and rank), the ``:n``-th best rank is the cut, and
+    only the hits at or above the cut — the page and its ties — are looked up, ordered by the
+    full key and cut to ``:n``, their snippets made. The result is the single statement's
+    (rank, snippet and joins for every hit, then ``LIMIT``), hit for hit; a test holds the two
+    equal. Within a job, the job's threads are chosen before ranking."""
+    job = " AND f.thread_id IN (SELECT id FROM threads WHERE job_id = :job)" if by_job else ""
     return (
-        "SELECT f.thread_id, f.seq, m.role,"
+        "WITH hits AS MATERIALIZED ("
+        " SELECT f.rowid AS rid, f.rank AS r FROM messages_fts f"
+        f" WHERE messages_fts MATCH :q{job}),"
+        " cut AS (SELECT r FROM hits ORDER BY r LIMIT 1 OFFSET max(:n, 1) - 1),"
+        " top AS (SELECT rid, r FROM hits"
+        "  WHERE :n < 1 OR NOT EXISTS (SELECT 1 FROM cut) OR r <= (SELECT r FROM cut))"
+        " SELECT f.thread_id, f.seq, m.role,"
         f" snippet(messages_fts, 0, '[', ']', '…', {SNIPPET_WORDS}) AS snip"
-        " FROM messages_fts f"
+        " FROM top CROSS JOIN messages_fts f"
         " JOIN messages m ON m.thread_id = f.thread_id AND m.seq = f.seq"
-        " JOIN threads t ON t.id = f.thread_id"
-        " WHERE messages_fts MATCH :q"
-        + (" AND t.job_id = :job" if by_job else "")
-        + " ORDER BY f.rank, f.thread_id DESC, f.seq LIMIT :n"
+        " WHERE messages_fts MATCH :q AND f.rowid = top.rid"
+        " ORDER BY top.r, f.thread_id DESC, f.seq LIMIT :n"
     )

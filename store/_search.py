@@ -68,6 +68,27 @@ def tsquery(query: str) -> str:
     return " & ".join(parts)
 
 
+def _pg_search_sql(*, by_job: bool) -> str:
+    """The PostgreSQL search statement, the same hits in the same order as SQLite's (best rank
+    first, ties newest thread first, then by seq), in the same shape: the page is chosen on the
+    index table alone, then only its hits are joined to ``messages`` and given a headline
+    (``ts_headline`` parses the text again), whatever the planner would have postponed."""
+    job = " AND f.thread_id IN (SELECT id FROM threads WHERE job_id = :job)" if by_job else ""
+    return (
+        "SELECT h.thread_id, h.seq, m.role,"
+        " ts_headline('simple', f.text, to_tsquery('simple', :q),"
+        f" 'StartSel=[, StopSel=], MaxWords={SNIPPET_WORDS}, MinWords=6, MaxFragments=1')"
+        " AS snip"
+        " FROM (SELECT f.thread_id, f.seq, ts_rank(f.tsv, qq) AS r"
+        "  FROM messages_fts f CROSS JOIN to_tsquery('simple', :q) qq"
+        f"  WHERE f.tsv @@ qq{job}"
+        "  ORDER BY r DESC, f.thread_id DESC, f.seq LIMIT :n) h"
+        " JOIN messages_fts f ON f.thread_id = h.thread_id AND f.seq = h.seq"
+        " JOIN messages m ON m.thread_id = h.thread_id AND m.seq = h.seq"
+        " ORDER BY h.r DESC, h.thread_id DESC, h.seq"
+    )
+
+
 async def search(
     conn: AsyncConnection, query: str, *, job_id: str | None, limit: int
 ) -> list[SearchHit]:
@@ -80,18 +101,7 @@ async def search(
         q = tsquery(query)
         if not q:
             return []
-        sql = (
-            "SELECT f.thread_id, f.seq, m.role,"
-            " ts_headline('simple', f.text, qq,"
-            f" 'StartSel=[, StopSel=], MaxWords={SNIPPET_WORDS}, MinWords=6, MaxFragments=1')"
-            " AS snip"
-            " FROM messages_fts f CROSS JOIN to_tsquery('simple', :q) qq"
-            " JOIN messages m ON m.thread_id = f.thread_id AND m.seq = f.seq"
-            " JOIN threads t ON t.id = f.thread_id"
-            " WHERE f.tsv @@ qq"
-            + (" AND t.job_id = :job" if job_id else "")
-            + " ORDER BY ts_rank(f.tsv, qq) DESC, f.thread_id DESC, f.seq LIMIT :n"
-        )
+        sql = _pg_search_sql(by_job=bool(job_id))
     params: dict[str, Any] = {"q": q, "n": limit}
     if job_id:
         params["job"] = job_id
