@@ -10,11 +10,13 @@ snapshots that never block the writer. PostgreSQL runs the same code through asy
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -146,7 +148,8 @@ async def finish_uncancelled(coro: Coroutine[Any, Any, T]) -> T:
 
 class RawSqliteReader:
     """Reads on SQLite through plain ``sqlite3`` connections, one per thread of a small pool:
-    one thread hop per read instead of SQLAlchemy's async machinery (about 1 ms a read here).
+    one thread hop per read instead of SQLAlchemy's async machinery (about 1 ms a read here),
+    and no hop at all for small reads (``inline``).
     The connections are ``query_only``, so this path can never write. Reads need no explicit
     transaction: messages are append-only and numbered, so reading the head first and then
     messages up to it is consistent whatever commits in between."""
@@ -157,6 +160,7 @@ class RawSqliteReader:
         self._conns: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tl-read")
+        self._inline: sqlite3.Connection | None = None
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -172,6 +176,27 @@ class RawSqliteReader:
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return fn(self._conn())
 
+    def inline(self, fn: Callable[[sqlite3.Connection], T], *, where: str = "") -> T | None:
+        """``fn`` run at once on the calling thread (the event loop's), on a connection of its
+        own that never waits for a lock: None when SQLite answers busy, and the caller goes to
+        the pool (``run``) instead. For small reads only — an indexed read of a few rows takes
+        less than the hop to the pool and back (``tests/benchmarks/bench_store.py``, ``read``);
+        a WAL reader is busy only while another connection recovers the WAL."""
+        conn = self._inline
+        if conn is None:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA busy_timeout = 0")
+            conn.execute("PRAGMA query_only = ON")
+            self._inline = conn
+        try:
+            return fn(conn)
+        except sqlite3.OperationalError as err:
+            if err.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                return None
+            raise translate(err, where=where) from err
+        except sqlite3.Error as err:
+            raise translate(err, where=where) from err
+
     async def run(self, fn: Callable[[sqlite3.Connection], T], *, where: str = "") -> T:
         loop = asyncio.get_running_loop()
         try:
@@ -185,6 +210,104 @@ class RawSqliteReader:
             for conn in self._conns:
                 conn.close()
             self._conns.clear()
+        if self._inline is not None:
+            self._inline.close()
+            self._inline = None
+
+
+class WriteQueue:
+    """A queue in front of SQLite's one write lock, shared by every writer of the file.
+
+    SQLite's busy handler does not queue waiters: a process that finds the write lock taken
+    sleeps and retries, its sleeps growing to 100 ms each, while the holder — committing every
+    few ms — releases and retakes the lock in between. Under steady writes from several
+    processes a waiter can lose every race for seconds (``tests/benchmarks/bench_multiproc.py``:
+    appends stalled 1-2 s while the median was 2 ms). An exclusive ``flock`` on a sidecar file
+    (``<db>-writer``), taken before ``BEGIN IMMEDIATE`` and dropped after the commit, makes the
+    waiters sleep in the kernel, which wakes them when it is released: the wait of one write is
+    bounded by the writes ahead of it. The file lock is only a queue: SQLite's own lock stays
+    the mutual exclusion, so a writer that does not queue (the ``sqlite3`` shell) is excluded
+    as before, through the busy timeout. Where the sidecar cannot be opened or locked (a
+    directory the store may not write to) writes go straight to SQLite's lock."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path.with_name(path.name + "-writer")
+        self._fd: int | None = None
+        self._unusable = False
+
+    def _file(self) -> int | None:
+        if self._fd is None and not self._unusable:
+            try:
+                self._fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+            except OSError:
+                self._unusable = True
+        return self._fd
+
+    @contextlib.asynccontextmanager
+    async def turn(self, *, where: str = "") -> AsyncIterator[None]:
+        """Hold the head of the queue for one write transaction."""
+        fd = self._file()
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                prefix = f"{where}: " if where else ""
+                what = f"{prefix}database is locked: another writer has held {self.path}"
+                await _wait_for_flock(fd, BUSY_TIMEOUT_MS / 1000, what=what)
+            except OSError:  # no locks on this file system: SQLite's lock alone
+                self._unusable, fd = True, None
+        try:
+            yield
+        finally:
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+async def _wait_for_flock(fd: int, timeout: float, *, what: str) -> None:
+    """Wait for the lock in a daemon thread (blocked in the kernel, woken on release), at most
+    ``timeout`` s. A wait given up (timeout, cancellation) unlocks as soon as the thread gets the
+    lock; the thread works on a duplicate of ``fd``, so closing the store meanwhile is safe."""
+    loop = asyncio.get_running_loop()
+    got: asyncio.Future[None] = loop.create_future()
+    guard = threading.Lock()
+    state = {"acquired": False, "abandoned": False}
+    own = os.dup(fd)  # the same open file description: its lock is ``fd``'s
+
+    def block() -> None:
+        try:
+            fcntl.flock(own, fcntl.LOCK_EX)
+            with guard:
+                if state["abandoned"]:
+                    fcntl.flock(own, fcntl.LOCK_UN)
+                else:
+                    state["acquired"] = True
+                    loop.call_soon_threadsafe(_settle, got)
+        finally:
+            os.close(own)
+
+    threading.Thread(target=block, name="tl-write-queue", daemon=True).start()
+    try:
+        await asyncio.wait_for(asyncio.shield(got), timeout)
+    except BaseException as err:
+        with guard:
+            if state["acquired"]:
+                if isinstance(err, TimeoutError):
+                    return  # it came just as the clock ran out: take it
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            state["abandoned"] = True
+        if isinstance(err, TimeoutError):
+            raise DatabaseError(f"{what} for {timeout:g} s") from None
+        raise
+
+
+def _settle(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 class Database:
@@ -201,11 +324,13 @@ class Database:
             )
         self.path: Path | None = None
         self.raw: RawSqliteReader | None = None
+        self.queue: WriteQueue | None = None
         if self.dialect == "sqlite":
             self.path = _sqlite_path(self.url)
             if self.path is not None:
                 prepare_sqlite_file(self.path, create_dirs=create_dirs)
             self.raw = RawSqliteReader(self.path) if self.path is not None else None
+            self.queue = WriteQueue(self.path) if self.path is not None else None
             self.writer = create_async_engine(self.url, pool_size=1, max_overflow=0)
             self.reader = create_async_engine(self.url, pool_size=4, max_overflow=4)
             self._sqlite_hooks(self.writer, begin="BEGIN IMMEDIATE", synchronous=synchronous)
@@ -239,7 +364,7 @@ class Database:
 
     async def write(self, fn: Callable[[AsyncConnection], Awaitable[T]], *, where: str = "") -> T:
         try:
-            async with self.writer.begin() as conn:
+            async with self._turn(where), self.writer.begin() as conn:
                 if self.dialect == "postgresql":
                     # one writer per process is enforced in Store; across processes row locks
                     # (SELECT … FOR UPDATE) serialise writers of the same thread
@@ -247,6 +372,12 @@ class Database:
                 return await fn(conn)
         except (exc.SQLAlchemyError, OSError) as err:
             raise translate(err, where=where) from err
+
+    def _turn(self, where: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """This writer's turn in the queue of a SQLite file (``WriteQueue``)."""
+        if self.queue is None:
+            return contextlib.nullcontext()
+        return self.queue.turn(where=where)
 
     async def read(self, fn: Callable[[AsyncConnection], Awaitable[T]], *, where: str = "") -> T:
         try:
@@ -263,7 +394,7 @@ class Database:
         try:
             if await self._current_revision() == SCHEMA_HEAD:
                 return None
-            async with self.writer.begin() as conn:
+            async with self._turn("migrating"), self.writer.begin() as conn:
                 if self.dialect == "postgresql":
                     await conn.execute(
                         sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK_KEY}
@@ -285,6 +416,8 @@ class Database:
         if self.raw is not None:
             self.raw.close()
         await self.writer.dispose()
+        if self.queue is not None:
+            self.queue.close()
         if self.reader is not self.writer:
             await self.reader.dispose()
 

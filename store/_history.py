@@ -3,8 +3,8 @@
 A fork stores only its origin (thread, seq); its history is the origin's history up to that
 seq, then its own messages. The plan to read a range — the chain, then one indexed select per
 segment (``_readsql.segments``) — is one, whether it runs through SQLAlchemy (``read_range``)
-or a plain ``sqlite3`` connection (``raw_read_range``, and the fast path ``_rawread``, which
-shares ``_readsql`` without importing this module's SQLAlchemy).
+or a plain ``sqlite3`` connection (``raw_messages``, small reads on the loop's own thread;
+and the fast path ``_rawread``, which shares ``_readsql`` without importing SQLAlchemy).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from . import _threads
+from ._engine import RawSqliteReader
 from ._messages import MESSAGE_COLUMNS, messages_from_rows
 from ._readsql import CHAIN_SQL, MESSAGES_SQL, segments
 from ._tables import messages, threads
@@ -158,21 +159,60 @@ class History:
         return point
 
 
-def raw_read_range(
-    conn: sqlite3.Connection, thread_id: str, start: int, end: int | None
+INLINE_ROWS = 200
+"""A raw read of at most this many messages runs on the event loop's thread
+(``RawSqliteReader.inline``); a larger one in the reader's pool."""
+
+INLINE_CHARS = 256 * 1024
+"""…and of at most this much stored content: turning more into models (about 1 ms per 100 kB)
+happens in the pool, so that one read never holds up the other tasks for long."""
+
+
+async def raw_messages(
+    raw: RawSqliteReader, thread_id: str, start: int, end: int | None
 ) -> list[Message]:
-    """``Store.messages`` on SQLite, in one call on a plain sqlite3 connection (the read path's
-    hot spot is SQLAlchemy's async machinery, not SQLite): the ancestry in one recursive query,
-    then one indexed select per segment."""
+    """``Store.messages`` on SQLite. The chain and the rows of a small range are read at once on
+    the loop's thread: for the last page of a thread the hop to the pool and back cost more
+    than the reads (``bench_store.py``'s ``read``). Many rows, much text, or a busy database go
+    to the pool. The messages are the same either way: the head is read first, and messages are
+    append-only."""
+    where = "reading messages"
+    segs = raw.inline(lambda c: raw_segments(c, thread_id, start, end), where=where)
+    if segs is None:
+        return await raw.run(lambda c: raw_read_range(c, thread_id, start, end), where=where)
+    if sum(hi - lo + 1 for _, lo, hi in segs) <= INLINE_ROWS:
+        rows = raw.inline(lambda c: raw_rows(c, segs), where=where)
+        if rows is not None and sum(len(r[3]) for r in rows) <= INLINE_CHARS:
+            return messages_from_rows(rows)
+    return await raw.run(lambda c: messages_from_rows(raw_rows(c, segs)), where=where)
+
+
+def raw_segments(
+    conn: sqlite3.Connection, thread_id: str, start: int, end: int | None
+) -> list[tuple[str, int, int]]:
+    """The segments (owner, lo, hi) holding messages ``start..end`` of a thread: its ancestry
+    in one recursive query, its head read with it."""
     chain_rows = conn.execute(CHAIN_SQL, (thread_id,)).fetchall()
     if not chain_rows:
         raise ThreadNotFound(f"no thread {format_ref(thread_id)}")
     head = int(chain_rows[0][2])
-    chain = [(str(r[0]), int(r[1])) for r in chain_rows]
+    return segments(head, [(str(r[0]), int(r[1])) for r in chain_rows], start, end)
+
+
+def raw_rows(conn: sqlite3.Connection, segs: list[tuple[str, int, int]]) -> list[Any]:
+    """The message rows of ``segs``, in seq order: one indexed select per segment."""
     rows: list[Any] = []
-    for owner, lo, hi in segments(head, chain, start, end):
+    for owner, lo, hi in segs:
         rows.extend(conn.execute(MESSAGES_SQL, (owner, lo, hi)))
-    return messages_from_rows(rows)
+    return rows
+
+
+def raw_read_range(
+    conn: sqlite3.Connection, thread_id: str, start: int, end: int | None
+) -> list[Message]:
+    """``Store.messages`` on SQLite in one call on a plain sqlite3 connection (the read path's
+    hot spot is SQLAlchemy's async machinery, not SQLite)."""
+    return messages_from_rows(raw_rows(conn, raw_segments(conn, thread_id, start, end)))
 
 
 def _has_tool_use(message: Message) -> bool:
