@@ -30,13 +30,16 @@ migrated database:
 
 - ``raw_sqlite3_1`` / ``raw_sqlite3_N``: ``BEGIN IMMEDIATE``, the message row, its full-text row,
   the thread's head, ``COMMIT`` per message, with the store's PRAGMAs (busy_timeout 30 s);
-- ``store_1`` / ``store_N``: ``Store.append`` of one message per call, each awaited.
+- ``store_1`` / ``store_N``: ``Store.append`` of one message per call, each awaited;
+- ``unqueued_N``: the same with the store's writer queue (``store._engine.WriteQueue``) switched
+  off, i.e. SQLite's busy handler alone, as before the queue.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import multiprocessing as mp
@@ -59,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_store import fresh_copy, fsync_probe, migrated_template, text  # noqa: E402
 
-from store import NewMessage, Store  # noqa: E402
+from store import NewMessage, Store, _engine  # noqa: E402
 
 STALL_MS = 100.0
 """An append that waited this long waited for SQLite's longest busy-handler sleep."""
@@ -137,7 +140,15 @@ def _store_child(path: str, n: int, seed: int, barrier: Barrier, out: Any) -> No
     out.put(asyncio.run(_store_appends(path, n, seed, barrier)))
 
 
-CHILDREN = {"raw_sqlite3": _raw_child, "store": _store_child}
+def _unqueued_child(path: str, n: int, seed: int, barrier: Barrier, out: Any) -> None:
+    """The store with its writer queue switched off: SQLite's busy handler alone, as before."""
+    from store import _engine
+
+    _engine.Database._turn = lambda self, where: contextlib.nullcontext()  # type: ignore[method-assign]
+    _store_child(path, n, seed, barrier, out)
+
+
+CHILDREN = {"raw_sqlite3": _raw_child, "store": _store_child, "unqueued": _unqueued_child}
 
 
 def run_variant(kind: str, path: Path, processes: int, n: int) -> dict[str, Any]:
@@ -185,7 +196,9 @@ async def main(*, processes: int, per_process: int, rounds: int) -> dict[str, An
     workdir = Path(tempfile.mkdtemp(prefix="tl-bench-mp-"))
     try:
         template = await migrated_template(workdir)
-        names = [f"{k}_{p}" for p in (1, processes) for k in CHILDREN]
+        names = [f"{k}_{p}" for p in (1, processes) for k in ("raw_sqlite3", "store")]
+        if hasattr(_engine.Database, "_turn"):  # the same run without the queue, to compare
+            names.append(f"unqueued_{processes}")
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
         for r in range(rounds):
             for name in names:  # round robin: the machine's drift weighs on every variant
@@ -226,6 +239,11 @@ async def main(*, processes: int, per_process: int, rounds: int) -> dict[str, An
             "ratio_store_to_raw_rate": ratio_rate,
             "ratio_raw_max_to_fair_bound": round(raw_n["max_ms_worst_round"] / raw_bound, 2),
             "ratio_store_max_to_fair_bound": ratio_max,
+            "ratio_unqueued_max_to_fair_bound": (
+                round(fig[f"unqueued_{many}"]["max_ms_worst_round"] / store_bound, 2)
+                if f"unqueued_{many}" in fig
+                else None
+            ),
             f"ratio_store_{many}_to_store_1_rate": ratio_scaling,
             "goal": "ratio_store_max_to_fair_bound <= 2"
             f" and ratio_store_{many}_to_store_1_rate >= 1",
