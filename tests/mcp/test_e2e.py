@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +20,19 @@ import httpx
 import pytest
 from mcp import Client, StdioServerParameters
 
-from .conftest import Setup, data, node_tool
+from .conftest import Setup, data, make_setup, node_tool
 
 SERVER_START_GUARD_S = 120.0  # a hang guard, not a timing claim (bench_mcp.py measures start-up)
 
 
+THREADLOOM = Path(sys.executable).with_name("threadloom")  # the installed console script
+
+
 def command(setup: Setup, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "orchestrator", "--db", str(setup.db), "mcp", *extra]
+    """``threadloom --db … mcp …``: the console script, or ``python -m orchestrator`` (the same
+    command, SPEC §Command line) where the checkout is not installed."""
+    program = [str(THREADLOOM)] if THREADLOOM.exists() else [sys.executable, "-m", "orchestrator"]
+    return [*program, "--db", str(setup.db), "mcp", *extra]
 
 
 def child_env() -> dict[str, str]:
@@ -35,9 +42,10 @@ def child_env() -> dict[str, str]:
 
 
 async def test_stdio_the_command_serves_a_dispatch_and_its_wait(setup: Setup) -> None:
+    program, *args = command(setup, "--model", setup.model)
     params = StdioServerParameters(
-        command=sys.executable,
-        args=command(setup, "--model", setup.model)[1:],
+        command=program,
+        args=args,
         cwd=str(setup.ws),
         env=child_env(),
     )
@@ -90,22 +98,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def http_server(setup: Setup) -> Iterator[str]:
-    """``threadloom mcp --http 127.0.0.1:PORT`` running; yields its URL."""
+@contextmanager
+def serving_http(setup: Setup) -> Iterator[str]:
+    """``threadloom mcp --http 127.0.0.1:PORT`` running; yields its URL. Its log goes to a file
+    (a pipe nobody reads would fill and stall it)."""
     port = free_port()
-    proc = subprocess.Popen(
-        command(setup, "--model", setup.model, "--http", f"127.0.0.1:{port}"),
-        cwd=setup.ws,
-        env=child_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    log = setup.root / "server.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            command(setup, "--model", setup.model, "--http", f"127.0.0.1:{port}"),
+            cwd=setup.ws,
+            env=child_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     try:
         guard = time.monotonic() + SERVER_START_GUARD_S
         while True:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert proc.poll() is None, log.read_text()
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     break
@@ -115,6 +125,19 @@ def http_server(setup: Setup) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.fixture
+def http_server(setup: Setup) -> Iterator[str]:
+    with serving_http(setup) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def shared_http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One server for the conformance scenarios (they only read)."""
+    with serving_http(make_setup(tmp_path_factory.mktemp("conformance"))) as url:
+        yield url
 
 
 async def test_http_the_command_serves_streamable_http(http_server: str) -> None:
@@ -195,11 +218,12 @@ resources, which threadloom does not have."""
 
 @pytest.mark.parametrize("scenario", CONFORMANCE_SCENARIOS)
 def test_the_official_conformance_suite_passes(
-    http_server: str, scenario: str, tmp_path: Path
+    shared_http_server: str, scenario: str, tmp_path: Path
 ) -> None:
     suite = node_tool("conformance")
     assert suite is not None
-    run = run_node(suite, "server", "--url", http_server, "--scenario", scenario, cwd=tmp_path)
+    url = shared_http_server
+    run = run_node(suite, "server", "--url", url, "--scenario", scenario, cwd=tmp_path)
     report = run.stdout + run.stderr
     assert run.returncode == 0, report
     passed = re.search(r"Passed: (\d+)/(\d+), (\d+) failed", report)
