@@ -50,6 +50,8 @@ class Waited:
 
     ended: list[ThreadInfo]
     pending: list[ThreadInfo]
+    threads: list[ThreadInfo]
+    """All of them, in the order asked for."""
 
 
 class Background:
@@ -147,11 +149,9 @@ class Background:
     ) -> ThreadInfo:
         """A fork of ``ref`` (at message ``at``, else at the ref's anchor, else the end) with
         ``message``, run in the background unless ``run`` is False."""
-        resolved = await self.store.resolve(ref)
-        source = resolved.thread.ref if at is None else f"{resolved.thread.ref}#{at}"
-        if at is None and resolved.start is not None:
-            source = f"{resolved.thread.ref}#{resolved.end}"
-        fork = await self.orch.fork(source, message, model=model, run=False)
+        if at is not None:
+            ref = f"{(await self.store.resolve(ref)).thread.ref}#{at}"
+        fork = await self.orch.fork(ref, message, model=model, run=False)
         assert isinstance(fork, ThreadInfo)
         if run:
             self._start(fork.id, fork.job_id, self.orch.resume(fork.ref, model=None))
@@ -194,7 +194,7 @@ class Background:
             pending = [i for i in infos if not self.ended(i)]
             now = loop.time()
             if not pending or (mode == "any" and ended) or now >= deadline:
-                return Waited(ended=ended, pending=pending)
+                return Waited(ended=ended, pending=pending, threads=infos)
             if on_progress is not None and (len(ended) > told or now >= tick):
                 told = len(ended)
                 tick = now + self.progress_every_s

@@ -130,7 +130,7 @@ def register_tools(app: Threadloom) -> None:
         return await bg.wait(refs, mode=mode, timeout_s=timeout_s, on_progress=report)
 
     async def entries(w: Waited) -> list[dict[str, Any]]:
-        return bounded([await bg.describe(i) for i in [*w.ended, *w.pending]])
+        return bounded([await bg.describe(i) for i in w.threads])
 
     async def client_lead(ctx: Context[Any, Any], workspace: str | None) -> ThreadInfo:
         ws = await app.workspace(ctx, workspace)

@@ -101,8 +101,10 @@ async def test_wait_any_returns_when_the_first_ends_and_wait_never_outlasts_its_
             await c.call_tool("dispatch", {"tasks": [task("fast"), task("slow")], "wait_s": 0})
         )
         refs = [w["ref"] for w in out["workers"]]
-        anyone = data(await c.call_tool("wait", {"refs": refs, "mode": "any", "timeout_s": 30}))
+        asked = {"refs": refs[::-1], "mode": "any", "timeout_s": 30}
+        anyone = data(await c.call_tool("wait", asked))
         assert anyone["pending"] == [refs[1]]
+        assert [w["ref"] for w in anyone["workers"]] == refs[::-1]  # in the order asked for
         ended = {w["ref"]: w for w in anyone["workers"]}
         assert ended[refs[0]]["status"] == "done" and "result" not in ended[refs[1]]
         short = data(await c.call_tool("wait", {"refs": [refs[1]], "timeout_s": 0}))
