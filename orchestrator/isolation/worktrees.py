@@ -64,17 +64,23 @@ _ALWAYS_EXCLUDED = (
 )
 
 
+DB_FILES = ("", "-wal", "-shm", "-journal", "-writer")
+"""The suffixes of a SQLite database's files: itself, SQLite's ``-wal``/``-shm``/``-journal``
+and the store's writer queue ``-writer`` (``store._engine``): never captured, never reachable by
+a tool (``runtime.job``)."""
+
+
 def capture_excludes(root: Path, db: Path | None) -> tuple[str, ...]:
     """Pathspecs for what a base commit or checkpoint never captures: every ``.threadloom/``
-    directory, and — when the database lives inside the repository elsewhere — the database
-    file, its ``-wal``/``-shm``/``-journal`` and the ``logs`` directory beside it."""
+    directory, and — when the database lives inside the repository elsewhere — the database's
+    files (``DB_FILES``) and the ``logs`` directory beside it."""
     out = list(_ALWAYS_EXCLUDED)
     if db is not None:
         db = db.absolute()
         db = db.parent.resolve() / db.name
         if db.is_relative_to(root):
             rel = db.relative_to(root)
-            names = [rel.name + sfx for sfx in ("", "-wal", "-shm", "-journal")]
+            names = [rel.name + sfx for sfx in DB_FILES]
             paths = [rel.with_name(n) for n in names] + [rel.parent / "logs"]
             out += [f":(exclude,literal){p.as_posix()}" for p in paths]
     return tuple(out)

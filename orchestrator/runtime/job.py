@@ -36,6 +36,7 @@ from workers import (
 from workers.tools import SandboxSettings, require_sandbox
 
 from ..isolation import Isolation, WorkerTree
+from ..isolation.worktrees import DB_FILES
 from ..jobs import JobSpec
 from . import threads
 from .lead_tools import lead_tools, reader_tools
@@ -162,9 +163,9 @@ class JobRuntime:
 
     def _hidden_paths(self) -> list[Path]:
         """What no tool may reach (the file tools refuse it, the sandbox hides it): the
-        workspace's ``.threadloom`` directory always, and the database (with its ``-wal``,
-        ``-shm``, ``-journal``) and the job logs wherever they are: their directory, or the
-        files themselves when that directory holds the workspace."""
+        workspace's ``.threadloom`` directory always, and the database's files
+        (``isolation.worktrees.DB_FILES``) and the job logs wherever they are: their directory,
+        or the files themselves when that directory holds the workspace."""
         workspace = self.job.workspace_path
         hidden = [workspace / ".threadloom"]
         db = self.store.db.path
@@ -172,7 +173,7 @@ class JobRuntime:
             return hidden
         folder = db.parent.resolve()
         if workspace == folder or workspace.is_relative_to(folder):
-            names = [db.name, f"{db.name}-wal", f"{db.name}-shm", f"{db.name}-journal", "logs"]
+            names = [*(db.name + sfx for sfx in DB_FILES), "logs"]
             hidden += [folder / n for n in names]
         else:
             hidden.append(folder)
