@@ -307,6 +307,15 @@ async def events(request: Request) -> Response:
 # ----------------------------------------------------------------- serving
 
 
+async def _probe(db: str, *, create_dirs: bool) -> None:
+    """Open (and migrate) the database once before serving: a database that cannot be opened
+    is the store's error, reported as for any command, not a traceback in uvicorn's log."""
+    from store import Store
+
+    async with await Store.open(db, create_dirs=create_dirs):
+        pass
+
+
 def serve(
     db: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, create_dirs: bool = False
 ) -> None:
@@ -317,6 +326,7 @@ def serve(
 
     import uvicorn
 
+    asyncio.run(_probe(db, create_dirs=create_dirs))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         sock = socket.create_server((host, port), family=family)

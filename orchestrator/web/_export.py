@@ -9,14 +9,14 @@ streamed from the store while the page is written, so memory holds one piece at 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._templates import environment, stylesheet
 from ._views import thread_page
 
 if TYPE_CHECKING:
-    from store import Store, ThreadInfo
+    from store import Message, Store, ThreadInfo
 
 
 async def write_thread_html(
@@ -26,10 +26,11 @@ async def write_thread_html(
     *,
     start: int = 1,
     end: int | None = None,
+    msgs: Sequence[Message] | None = None,
 ) -> int:
-    """Write the page of ``info``'s messages ``start``..``end`` (default: all) through
-    ``write``; the number of messages written."""
-    page = await thread_page(store, info, start=start, end=end, export=True)
+    """Write the page of ``info``'s messages ``start``..``end`` (default: all; or ``msgs``,
+    already read) through ``write``; the number of messages written."""
+    page = await thread_page(store, info, start=start, end=end, export=True, msgs=msgs)
     template = environment().get_template("thread.html")
     async for chunk in template.generate_async(page=page, standalone=True, css=stylesheet()):
         write(chunk)

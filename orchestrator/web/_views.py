@@ -225,15 +225,24 @@ class ThreadPage:
 
 
 async def thread_page(
-    store: Store, info: ThreadInfo, *, start: int = 1, end: int | None = None, export: bool = False
+    store: Store,
+    info: ThreadInfo,
+    *,
+    start: int = 1,
+    end: int | None = None,
+    export: bool = False,
+    msgs: Sequence[Message] | None = None,
 ) -> ThreadPage:
     """The thread and its messages ``start``..``end`` (default: one ``PAGE``; the export: all),
-    with lineage and usage."""
+    or ``msgs`` when the caller has read them already, with lineage and usage."""
     from store import Usage
 
-    first = min(max(start, 1), max(info.head_seq, 1))
-    last = min(end or (info.head_seq if export else first + PAGE - 1), info.head_seq)
-    msgs = await store.messages(info.id, start=first, end=last) if info.head_seq else []
+    if msgs is None:
+        first = min(max(start, 1), max(info.head_seq, 1))
+        last = min(end or (info.head_seq if export else first + PAGE - 1), info.head_seq)
+        msgs = await store.messages(info.id, start=first, end=last) if info.head_seq else []
+    else:
+        first = msgs[0].seq if msgs else 1
     before = await store.message(info.id, first - 1) if first > 1 and msgs else None
     totals = await store.usage.totals(thread_id=info.id)
     views = message_views(

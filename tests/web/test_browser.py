@@ -113,3 +113,33 @@ def test_a_reader_walks_the_list_a_job_a_thread_a_fork_search_and_a_live_thread(
         expect(page.locator(".thread-head [data-status]")).to_have_text("done")
         expect(page.locator("#live")).to_have_text("the thread has ended")
         assert errors == []
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("browser_ready")
+def test_an_exported_page_opens_from_a_file_and_fetches_nothing(tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    from tests.orchestrator.test_cli_helpers import run_cli
+
+    db = str(tmp_path / "threads.db")
+    refs = asyncio.run(_make(Path(db)))
+    done = run_cli("export", refs.worker, "--format", "html", db=db)
+    assert done.returncode == 0, done.stderr
+    path = tmp_path / "thread.html"
+    path.write_text(done.stdout, encoding="utf-8")
+    with chromium() as browser:
+        page = browser.new_page()
+        requests: list[str] = []
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto(path.as_uri())
+        expect(page.locator("article.msg")).to_have_count(6)
+        # styled by the inlined stylesheet: a message is a bordered card
+        border = page.locator("article.msg").first.evaluate(
+            "e => getComputedStyle(e).borderTopStyle"
+        )
+        assert border == "solid"
+        output = page.locator(f"article[id='{refs.long_seq}'] details.tool")
+        output.locator("summary").click()
+        expect(output.locator("pre.body")).to_contain_text("line 150: FAILED")
+        assert requests == [path.as_uri()]

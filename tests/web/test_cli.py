@@ -1,0 +1,118 @@
+"""``threadloom serve`` and ``threadloom export --format html`` as a user runs them: the real
+command in a subprocess (the server on a loopback port, stopped with Ctrl-C), and the one-line
+error when the web extra is missing."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from orchestrator.cli import main
+from tests.orchestrator.test_cli_helpers import clean_env, run_cli
+
+from ._data import HUGE_CHARS, Refs
+
+
+@pytest.fixture
+def server(db: tuple[str, Refs]) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "--db", db[0], "serve", "--port", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()  # blocks until the server says where it is
+        found = re.search(r"serving (http://127\.0\.0\.1:\d+)/ \(read-only", line)
+        assert found, line
+        yield found.group(1), proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+def test_serve_serves_the_database_on_the_loopback_and_stops_on_ctrl_c_with_130(
+    server: tuple[str, subprocess.Popen[str]], refs: Refs
+) -> None:
+    url, proc = server
+    page = httpx.get(f"{url}/t/{refs.worker}", timeout=30)
+    assert page.status_code == 200 and "Fix the tokenizer tests" in page.text
+    assert httpx.get(f"{url}/", headers={"host": "example.com"}, timeout=30).status_code == 400
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 130  # SPEC: stopped by Ctrl-C
+    assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
+
+
+def test_serve_on_a_port_in_use_is_one_line_and_exit_2(db: tuple[str, Refs]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_cli("serve", "--port", str(port), db=db[0])
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"threadloom: error: serve: cannot listen on 127.0.0.1:{port}: Address already in use"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "what"),
+    [(["serve"], "serve"), (["export", "T-0000", "--format", "html"], "export --format html")],
+)
+def test_without_the_web_extra_serve_and_html_export_say_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, argv: list[str], what: str
+) -> None:
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *args: Any, **kwargs: Any) -> Any:
+        return None if name in ("jinja2", "starlette", "uvicorn") else real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    result = CliRunner().invoke(main, ["--db", str(tmp_path / "t.db"), *argv])
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"threadloom: error: {what}: ")
+    assert lines[0].endswith("not installed: pip install 'threadloom[web]'")
+
+
+def test_export_html_is_one_self_contained_page_with_every_message_whole(
+    db: tuple[str, Refs],
+) -> None:
+    done = run_cli("export", refs_of(db).worker, "--format", "html", db=db[0])
+    assert done.returncode == 0, done.stderr
+    html = done.stdout
+    assert html.startswith("<!doctype html>")
+    assert "<style>" in html and "article.msg" in html  # the stylesheet, inlined
+    assert "<script" not in html and "<link" not in html
+    assert "default-src 'none'" in html  # nothing can be fetched
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)
+    assert re.findall(r'<article class="msg \w+" id="(\d+)"', html) == list("123456")
+    assert "x" * HUGE_CHARS in html  # an output stored apart, whole
+    assert "line 150: FAILED" in html  # and a long inline one, uncapped
+
+
+def test_export_html_of_a_range_and_of_hostile_text(db: tuple[str, Refs]) -> None:
+    refs = refs_of(db)
+    ranged = run_cli("export", f"{refs.worker}#2-3", "--format", "html", db=db[0]).stdout
+    assert re.findall(r'<article class="msg \w+" id="(\d+)"', ranged) == ["2", "3"]
+    hostile = run_cli("export", refs.hostile, "--format", "html", db=db[0])
+    assert hostile.returncode == 0
+    assert "<script" not in hostile.stdout and "\x1b" not in hostile.stdout
+    assert "&lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt;" in hostile.stdout
+
+
+def refs_of(db: tuple[str, Refs]) -> Refs:
+    return db[1]
