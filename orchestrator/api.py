@@ -330,6 +330,31 @@ class Orchestrator:
         )
         return [views.thread_json(t) for t in rows]
 
+    # ------------------------------------------------------------------ worktree jobs
+
+    async def diff(self, ref: str, *, stat: bool = False) -> dict[str, Any]:
+        """A worker's work against its job's base (``{ref, branch, base, tip, of, diff}``): its
+        branch, or with ``T-…#n`` its files after message n; ``stat``: only the diff stat."""
+        from .isolation import worker_diff
+
+        return await worker_diff(self.store, ref, stat=stat)
+
+    async def merge(self, refs: Sequence[str], *, into: str | None = None) -> dict[str, Any]:
+        """Merge the workers' branches, in order, into ``into`` (default: the job branch);
+        conflicts are reported, never resolved: ``{into, created, head, merged, already_merged,
+        conflicts: [{ref, branch, files}]}``."""
+        from .isolation import merge_refs
+
+        return (await merge_refs(self.store, list(refs), into=into)).to_json()
+
+    async def gc(self, *, job: str | None = None, branches: bool = False) -> dict[str, Any]:
+        """Remove the worktrees of finished jobs (``job``: only the one around that ref);
+        ``branches``: their branches and checkpoint refs too. ``{removed, kept, deleted_refs}``."""
+        from .isolation import gc
+
+        job_id = (await self._thread(job)).job_id if job else None
+        return (await gc(self.store, job_id=job_id, branches=branches)).to_json()
+
     # ------------------------------------------------------------------ internals
 
     def _make_model(self, spec: str, **options: Any) -> Model:

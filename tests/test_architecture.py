@@ -7,8 +7,8 @@
 - inside ``orchestrator``, one way down: the front doors (``cli``, ``mcp``, ``web``) → ``api`` →
   ``runtime`` → ``isolation``, with ``errors``, ``views``, ``jobs`` and ``logging`` leaves that
   any layer may use: ``runtime`` imports no front door (nor ``api``), ``isolation`` neither
-  ``runtime`` nor a front door, a leaf nothing but a leaf, and nothing below a front door
-  imports one;
+  ``runtime`` nor a front door, a leaf nothing but a leaf, nothing below a front door
+  imports one, and the CLI reaches the engine only through ``api``;
 - only ``orchestrator/cli`` imports ``click`` or ``rich``;
 - each package's ``__init__`` re-exports its public names with a sorted, complete ``__all__``;
 - every error class of the product maps to an exit code (SPEC §Command line);
@@ -159,6 +159,10 @@ def test_the_orchestrator_points_one_way_down(name: str, path: Path) -> None:
     if not _within(name, FRONT_DOORS):
         doors = {t for t in imported if _within(t, FRONT_DOORS)}
         assert not doors, f"{name} imports a front door: {sorted(doors)}"
+    if _within(name, "orchestrator.cli"):
+        engine = ("orchestrator.runtime", "orchestrator.isolation")
+        below = {t for t in imported if _within(t, engine)}
+        assert not below, f"{name} (the CLI) goes around the API: {sorted(below)}"
     if _within(name, "orchestrator.runtime"):
         above = {t for t in imported if _within(t, "orchestrator.api")}
         assert not above, f"{name} (runtime) imports the API above it: {sorted(above)}"

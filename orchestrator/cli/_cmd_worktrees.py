@@ -1,4 +1,4 @@
-"""The commands of worktree isolation: ``diff``, ``merge`` and ``gc``."""
+"""The commands of worktree isolation: ``diff``, ``merge`` and ``gc`` (``orchestrator.api``'s)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,14 @@ from ._app import Output, command, run_command
 if TYPE_CHECKING:
     from store import Store
 
+    from ..api import Orchestrator
+
+
+def _api(store: Store) -> Orchestrator:
+    from ..api import Orchestrator
+
+    return Orchestrator(store)
+
 
 @command("diff", short_help="A worker's changes against its job's base (worktree jobs).")
 @click.argument("ref", metavar="REF[#N]")
@@ -23,10 +31,9 @@ def diff(ctx: click.Context, ref: str, stat: bool) -> None:
     With REF#N, the worker's files as they were after message N (its checkpoint, or the nearest
     earlier one). --json: {ref, branch, base, tip, of, diff}.
     """
-    from ..isolation import worker_diff
 
     async def go(store: Store) -> Output:
-        data = await worker_diff(store, ref, stat=stat)
+        data = await _api(store).diff(ref, stat=stat)
         return Output(data, data["diff"])
 
     run_command(ctx, go)
@@ -50,20 +57,18 @@ def merge(ctx: click.Context, refs: tuple[str, ...], into: str | None) -> None:
     files are listed; the others are merged. Exit 1 when any conflicted.
     --json: {into, created, head, merged, already_merged, conflicts: [{ref, branch, files}]}.
     """
-    from ..isolation import merge_refs
 
     async def go(store: Store) -> Output:
-        report = await merge_refs(store, list(refs), into=into)
-        lines = [f"into {report.into}{' (created)' if report.created else ''}: {report.head[:12]}"]
-        lines += [f"  merged    {m['ref']}  {m['branch']}" for m in report.merged]
-        lines += [f"  up to date {m['ref']}  {m['branch']}" for m in report.already]
-        for c in report.conflicts:
+        report = await _api(store).merge(refs, into=into)
+        created = " (created)" if report["created"] else ""
+        lines = [f"into {report['into']}{created}: {report['head'][:12]}"]
+        lines += [f"  merged    {m['ref']}  {m['branch']}" for m in report["merged"]]
+        lines += [f"  up to date {m['ref']}  {m['branch']}" for m in report["already_merged"]]
+        for c in report["conflicts"]:
             lines.append(f"  CONFLICT  {c['ref']}  {c['branch']}  (not merged)")
             lines += [f"    {f}" for f in c["files"]]
         return Output(
-            report.to_json(),
-            "\n".join(lines) + "\n",
-            exit_code=EXIT_FAILED if report.conflicts else 0,
+            report, "\n".join(lines) + "\n", exit_code=EXIT_FAILED if report["conflicts"] else 0
         )
 
     run_command(ctx, go)
@@ -82,17 +87,15 @@ def gc(ctx: click.Context, job: str | None, branches: bool) -> None:
     removed gets it back from its last checkpoint).
     --json: {removed: [{ref, worktree}], kept: [{ref, worktree, reason}], deleted_refs}.
     """
-    from ..isolation import gc as collect
 
     async def go(store: Store) -> Output:
-        job_id = (await store.resolve(job)).thread.job_id if job else None
-        report = await collect(store, job_id=job_id, branches=branches)
-        lines = [f"removed {r['ref']}  {r['worktree']}" for r in report.removed]
-        lines += [f"kept    {k['ref']}  {k['reason']}" for k in report.kept]
-        if report.deleted_refs:
-            lines.append(f"deleted {len(report.deleted_refs)} branches and refs")
+        report = await _api(store).gc(job=job, branches=branches)
+        lines = [f"removed {r['ref']}  {r['worktree']}" for r in report["removed"]]
+        lines += [f"kept    {k['ref']}  {k['reason']}" for k in report["kept"]]
+        if report["deleted_refs"]:
+            lines.append(f"deleted {len(report['deleted_refs'])} branches and refs")
         if not lines:
             lines.append("nothing to remove")
-        return Output(report.to_json(), "\n".join(lines) + "\n")
+        return Output(report, "\n".join(lines) + "\n")
 
     run_command(ctx, go)
