@@ -36,9 +36,10 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._templates import KINDS, STATIC, STATUSES, render
-from ._views import LIST_LIMIT, SEARCH_LIMIT, job_tree, message_views, server_links, thread_page
+from ._views import LIST_LIMIT, SEARCH_LIMIT, message_views, server_links, thread_page
 
 if TYPE_CHECKING:
+    from orchestrator.api import Orchestrator
     from store import Store, ThreadInfo
 
 POLL_S = 0.25
@@ -107,7 +108,7 @@ def create_app(
         from orchestrator import Orchestrator
 
         async with await Orchestrator.open(db, create_dirs=create_dirs) as orch:
-            app.state.store = orch.store
+            app.state.orch = orch
             yield
 
     routes = [
@@ -136,9 +137,13 @@ def create_app(
     return _Guard(app, hosts)
 
 
+def _orch(request: Request) -> Orchestrator:
+    orch: Orchestrator = request.app.state.orch
+    return orch
+
+
 def _store(request: Request) -> Store:
-    store: Store = request.app.state.store
-    return store
+    return _orch(request).store
 
 
 async def _page(name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
@@ -177,13 +182,9 @@ async def index(request: Request) -> Response:
         raise BadRequest(f"status: one of {', '.join(STATUSES)}, not {status!r}")
     if kind is not None and kind not in KINDS:
         raise BadRequest(f"kind: one of {', '.join(KINDS)}, not {kind!r}")
-    store = _store(request)
-    job = None
-    if q.get("job"):
-        found = await _resolve(request, "job")
-        job = found if found.job_id == found.id else await store.get_thread(found.job_id)
-    rows = await store.list_threads(
-        job_id=job.id if job else None, status=status, kind=kind, limit=LIST_LIMIT + 1
+    job = q.get("job") or None
+    rows = await _orch(request).list_threads(
+        job=job, status=status, kind=kind, limit=LIST_LIMIT + 1
     )
     return await _page(
         "index.html",
@@ -195,15 +196,14 @@ async def index(request: Request) -> Response:
 
 
 async def thread(request: Request) -> Response:
-    info = await _resolve(request)
-    page = await thread_page(_store(request), info, start=_int(request, "from", 1))
+    ref = request.path_params["ref"]
+    page = await thread_page(_orch(request), ref, start=_int(request, "from", 1))
     return await _page("thread.html", page=page)
 
 
 async def job(request: Request) -> Response:
-    focus = await _resolve(request)
-    root = await job_tree(_store(request), focus)
-    return await _page("tree.html", root=root, focus=focus.id)
+    root = await _orch(request).tree(request.path_params["ref"])
+    return await _page("tree.html", root=root, focus=root["focus"])
 
 
 async def search(request: Request) -> Response:
@@ -212,9 +212,7 @@ async def search(request: Request) -> Response:
     job_ref = q.get("job") or None
     hits: list[Any] = []
     if query:
-        store = _store(request)
-        job_id = (await _resolve(request, "job")).job_id if job_ref else None
-        hits = await store.search(query, job_id=job_id, limit=SEARCH_LIMIT)
+        hits = await _orch(request).search_json(query, job=job_ref, limit=SEARCH_LIMIT)
     name = "_hits.html" if q.get("fragment") else "search.html"
     return await _page(name, query=query, hits=hits, job=job_ref)
 

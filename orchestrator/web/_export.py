@@ -9,28 +9,22 @@ streamed from the store while the page is written, so memory holds one piece at 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._templates import environment, stylesheet
-from ._views import thread_page
+from ._views import export_page
 
 if TYPE_CHECKING:
-    from store import Message, Store, ThreadInfo
+    from store import Store
 
 
-async def write_thread_html(
-    store: Store,
-    info: ThreadInfo,
-    write: Callable[[str], Any],
-    *,
-    start: int = 1,
-    end: int | None = None,
-    msgs: Sequence[Message] | None = None,
-) -> int:
-    """Write the page of ``info``'s messages ``start``..``end`` (default: all; or ``msgs``,
-    already read) through ``write``; the number of messages written."""
-    page = await thread_page(store, info, start=start, end=end, export=True, msgs=msgs)
+async def write_thread_html(store: Store, ref: str, write: Callable[[str], Any]) -> int:
+    """Write the page of thread ``ref`` (every message, or the range it names: ``T-…#3-9``)
+    through ``write``; the number of messages written."""
+    from orchestrator.api import Orchestrator
+
+    page = await export_page(Orchestrator(store), ref)
     template = environment().get_template("thread.html")
     async for chunk in template.generate_async(page=page, standalone=True, css=stylesheet()):
         write(chunk)

@@ -93,8 +93,11 @@ def compact(n: int) -> str:
     return str(n)
 
 
-def age(when: datetime, now: datetime | None = None) -> str:
-    """How long ago, in the largest whole unit: 45s, 12m, 3h, 9d."""
+def age(when: datetime | str, now: datetime | None = None) -> str:
+    """How long ago (``when``: a time or its ISO 8601 text, as the JSON shapes carry it), in
+    the largest whole unit: 45s, 12m, 3h, 9d."""
+    if isinstance(when, str):
+        when = datetime.fromisoformat(when)
     seconds = max(int(((now or datetime.now(UTC)) - when).total_seconds()), 0)
     for size, unit in ((86_400, "d"), (3_600, "h"), (60, "m")):
         if seconds >= size:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ._text import cap, count
 
 if TYPE_CHECKING:
+    from orchestrator.api import Orchestrator
+    from orchestrator.views import ThreadView
     from store import Message, Store, ThreadInfo, ToolResultBlock, Usage
 
 PAGE = 200
@@ -224,41 +226,41 @@ class ThreadPage:
         return self.last + 1 if self.last < self.info.head_seq else None
 
 
-async def thread_page(
-    store: Store,
-    info: ThreadInfo,
-    *,
-    start: int = 1,
-    end: int | None = None,
-    export: bool = False,
-    msgs: Sequence[Message] | None = None,
-) -> ThreadPage:
-    """The thread and its messages ``start``..``end`` (default: one ``PAGE``; the export: all),
-    or ``msgs`` when the caller has read them already, with lineage and usage."""
-    from store import Usage
+async def thread_page(orch: Orchestrator, ref: str, *, start: int = 1) -> ThreadPage:
+    """The page of thread ``ref`` that starts at message ``start`` (``PAGE`` messages), with
+    lineage and usage — through the API's ``thread_view`` (what ``show`` is made of)."""
+    info = (await orch.store.resolve(ref)).thread
+    first = min(max(start, 1), max(info.head_seq, 1))
+    last = min(first + PAGE - 1, info.head_seq)
+    ranged = f"{info.ref}#{first}-{last}" if info.head_seq else info.ref
+    return await _page(orch, await orch.thread_view(ranged), export=False)
 
-    if msgs is None:
-        first = min(max(start, 1), max(info.head_seq, 1))
-        last = min(end or (info.head_seq if export else first + PAGE - 1), info.head_seq)
-        msgs = await store.messages(info.id, start=first, end=last) if info.head_seq else []
-    else:
-        first = msgs[0].seq if msgs else 1
-    before = await store.message(info.id, first - 1) if first > 1 and msgs else None
-    totals = await store.usage.totals(thread_id=info.id)
-    views = message_views(
+
+async def export_page(orch: Orchestrator, ref: str) -> ThreadPage:
+    """Every message of thread ``ref`` (or of the range it names) on one page, whole."""
+    return await _page(orch, await orch.thread_view(ref), export=True)
+
+
+async def _page(orch: Orchestrator, view: ThreadView, *, export: bool) -> ThreadPage:
+    # the API's views hold the store's models (the fast read path's plain ones never get here)
+    info = cast("ThreadInfo", view.info)
+    msgs = cast("Sequence[Message]", view.messages or [])
+    store = orch.store
+    shown = message_views(
         info,
         msgs,
-        before=before,
+        before=cast("Message | None", view.before),
         whole=None if export else server_links(info.ref),
         store=store,
     )
+    # the lineage beyond show's (job, parent, children and forks as links)
     return ThreadPage(
         info=info,
-        messages=views,
-        first=first,
+        messages=shown,
+        first=msgs[0].seq if msgs else 1,
         last=msgs[-1].seq if msgs else 0,
-        usage=totals[0].usage if totals else Usage(),
-        cost=totals[0].cost_usd if totals else 0.0,
+        usage=cast("Usage", view.usage),
+        cost=view.cost,
         job=None if info.job_id == info.id else await store.get_thread(info.job_id),
         parent=await store.get_thread(info.parent_id) if info.parent_id else None,
         children=await store.children(info.id),
@@ -267,50 +269,16 @@ async def thread_page(
 
 
 def usage_line(usage: Usage, cost: float) -> str:
+    """The usage row of a thread's header (as ``show`` words it)."""
+    from orchestrator.views import cache_share
+
     if usage.total_tokens == 0:
         return "none recorded"
-    total = usage.total_input
-    cached = f"{usage.cache_read_input_tokens / total:.0%}" if total else "—"
+    share = cache_share(usage)
+    cached = "—" if share is None else f"{share:.0%}"
     return (
         f"in {count(usage.input_tokens)} · out {count(usage.output_tokens)}"
         f" · cache read {count(usage.cache_read_input_tokens)}"
         f" · cache write {count(usage.cache_creation_input_tokens)}"
         f" · {cached} of input cached · ~${cost:.4f}"
     )
-
-
-# ----------------------------------------------------------------- the job tree
-
-
-@dataclass(slots=True)
-class TreeNode:
-    info: ThreadInfo
-    tokens: int
-    fork: bool
-    children: list[TreeNode] = field(default_factory=list)
-
-
-async def job_tree(store: Store, focus: ThreadInfo) -> TreeNode:
-    """The job around ``focus``: spawn edges (children) and fork edges (a fork hangs under the
-    thread it was forked from), every node with its tokens."""
-    threads = await store.job_tree(focus.job_id)
-    totals = {
-        t.thread_id: t.usage.total_tokens for t in await store.usage.totals(job_id=focus.job_id)
-    }
-    by_id = {t.id: t for t in threads}
-    root = by_id.get(focus.job_id, threads[0] if threads else focus)
-    nodes = {t.id: TreeNode(t, totals.get(t.id, 0), fork=False) for t in threads}
-    nodes.setdefault(root.id, TreeNode(root, totals.get(root.id, 0), fork=False))
-    forks: dict[str, list[TreeNode]] = {}
-    for t in threads:
-        if t.id == root.id:
-            continue
-        if t.forked_from and t.forked_from.thread_id in by_id:
-            nodes[t.id].fork = True
-            forks.setdefault(t.forked_from.thread_id, []).append(nodes[t.id])
-        else:
-            up = t.parent_id if t.parent_id in by_id else root.id
-            nodes[up or root.id].children.append(nodes[t.id])
-    for tid, more in forks.items():
-        nodes[tid].children.extend(more)
-    return nodes[root.id]

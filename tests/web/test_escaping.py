@@ -111,8 +111,7 @@ def test_an_export_escapes_like_the_page(db: tuple[str, Refs], tmp_path: Path) -
     async def go() -> str:
         out: list[str] = []
         async with await Store.open(path) as store:
-            info = (await store.resolve(refs.hostile)).thread
-            await write_thread_html(store, info, out.append)
+            await write_thread_html(store, refs.hostile, out.append)
         return "".join(out)
 
     html = asyncio.run(go())
