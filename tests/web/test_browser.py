@@ -143,3 +143,30 @@ def test_an_exported_page_opens_from_a_file_and_fetches_nothing(tmp_path: Path) 
         output.locator("summary").click()
         expect(output.locator("pre.body")).to_contain_text("line 150: FAILED")
         assert requests == [path.as_uri()]
+
+
+async def _long_thread(db: str, n: int) -> str:
+    async with await Store.open(db) as store:
+        msgs = [
+            NewMessage.user(f"m{i}") if i % 2 else NewMessage.assistant(f"m{i}")
+            for i in range(1, n + 1)
+        ]
+        return (await store.create_thread(kind="worker", title="long", messages=msgs)).ref
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("browser_ready")
+def test_a_bare_anchor_past_the_first_page_lands_on_its_message(tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    from orchestrator.web._views import PAGE
+
+    db = str(tmp_path / "threads.db")
+    ref = asyncio.run(_long_thread(db, PAGE + 20))
+    with viewer(db) as url, chromium() as browser:
+        page = browser.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(f"{url}/t/{ref}#{PAGE + 5}")
+        expect(page).to_have_url(f"{url}/t/{ref}?from={PAGE + 1}#{PAGE + 5}")
+        expect(page.locator("article.msg:target")).to_have_attribute("id", str(PAGE + 5))
+        expect(page.locator(f"article[id='{PAGE + 5}']")).to_be_in_viewport()
