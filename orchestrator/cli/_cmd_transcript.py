@@ -1,12 +1,10 @@
-"""Transcripts in and out, and forks: ``export``, ``import``, ``fork``."""
+"""Transcripts out, and forks: ``export``, ``fork`` (``import`` is ``_cmd_import``)."""
 
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 import click
@@ -22,15 +20,15 @@ if TYPE_CHECKING:
 # ----------------------------------------------------------------- export
 
 
-@command("export", short_help="Print a thread's whole transcript (jsonl or Markdown).")
+@command("export", short_help="Print a thread's whole transcript (jsonl, Markdown or HTML).")
 @click.argument("ref")
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["jsonl", "md"]),
+    type=click.Choice(["jsonl", "md", "html"]),
     default="jsonl",
     show_default=True,
-    help="jsonl: one message a line; md: a readable Markdown document.",
+    help="jsonl: one message a line; md: a readable Markdown document; html: the web page.",
 )
 @click.option("--redact", is_flag=True, help="Mask API keys and secret-looking values.")
 @click.pass_context
@@ -42,6 +40,8 @@ def export(ctx: click.Context, ref: str, fmt: str, redact: bool) -> None:
            `threadloom import` reads it back into an identical transcript.
     md     title, metadata, result, then every message; tool calls and
            outputs whole in fenced blocks.
+    html   the web viewer's page as one self-contained file (stylesheet
+           inlined, no script, nothing fetched); needs the web extra.
 
     A ref with a range (T-…#3-9) exports only those messages. --json wraps the export:
     {ref, format, messages: N, text}.
@@ -56,13 +56,21 @@ def export(ctx: click.Context, ref: str, fmt: str, redact: bool) -> None:
     from ._app import get_app
 
     as_json = get_app(ctx).json
+    if fmt == "html":
+        from ._cmd_serve import require_web
+
+        require_web("export --format html")
 
     async def go(store: Store) -> Output:
         resolved = await store.resolve(ref)
         info = resolved.thread
         msgs = await store.messages(info.id, start=resolved.start or 1, end=resolved.end)
         spool = tempfile.TemporaryFile("w+", encoding="utf-8", newline="")  # noqa: SIM115
-        if fmt == "md":
+        if fmt == "html":
+            from ..web import write_thread_html
+
+            await write_thread_html(store, resolved.ref, spool.write)
+        elif fmt == "md":
             await _write_markdown(store, spool, info, msgs)
         else:
             await _write_jsonl(store, spool, msgs)
@@ -111,62 +119,6 @@ async def _write_markdown(
         write_markdown(out.write, info, msgs, usage=usage, cost=cost, whole=whole)
     finally:
         whole.close()
-
-
-# ----------------------------------------------------------------- import
-
-
-@command("import", short_help="Create a thread from a JSONL transcript.")
-@click.argument("file", metavar="FILE.jsonl", type=click.Path(dir_okay=True, allow_dash=True))
-@click.option("--title", "title", metavar="T", help='Thread title (default: "imported from FILE").')
-@click.pass_context
-def import_(ctx: click.Context, file: str, title: str | None) -> None:
-    """Create a thread from a JSONL transcript (FILE.jsonl, or - for stdin).
-
-    One message a line: {"role": "user" | "assistant", "content": str | [block, …]} with text,
-    thinking, tool_use and tool_result blocks. Blank lines are ignored and cache_control keys
-    dropped; anything else unknown is refused. The first message is the user's, and every
-    tool_use is answered by a tool_result in the next message (a tool_use on the last line may
-    stay open: resuming the thread answers it). The first bad line is an error naming it
-    (exit 2), and nothing is stored.
-
-    The new thread is a worker thread with status idle. --json: {ref, messages}.
-    """
-    from store import parse_transcript
-
-    from ..logging import get_logger
-
-    name = "<stdin>" if file == "-" else file
-    text = _read_text(file, name)
-    msgs = parse_transcript(text, source=name)
-    if not msgs:
-        raise CliError(f"{name}: no messages to import")
-    thread_title = title if title is not None else f"imported from {Path(name).name}"
-
-    async def go(store: Store) -> Output:
-        from store import Status
-
-        info = await store.create_thread(
-            kind="worker", status=Status.IDLE, title=thread_title, messages=msgs
-        )
-        get_logger(__name__).info("thread.imported", thread=info.ref, messages=len(msgs))
-        return Output(
-            {"ref": info.ref, "messages": info.head_seq, "title": info.title},
-            f"{info.ref}  imported {len(msgs)} messages from {name}\n",
-        )
-
-    run_command(ctx, go)
-
-
-def _read_text(file: str, name: str) -> str:
-    try:
-        if file == "-":
-            return sys.stdin.read()
-        return Path(file).read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise CliError(f"{name}: not UTF-8 text (byte {err.start})") from None
-    except OSError as err:
-        raise CliError(f"cannot read {name}: {err.strerror or err}") from None
 
 
 # ----------------------------------------------------------------- fork

@@ -146,6 +146,10 @@ def render_header(
         rows.append(("fork of", f"{info.forked_from.ref}#{info.forked_from.at}"))
     if info.model:
         rows.append(("model", info.model))
+    src = (info.task or {}).get("source")
+    if isinstance(src, dict) and src.get("format"):
+        where = f"{src['format']} {src.get('session_id', '')}  {src.get('path', '')}"
+        rows.append(("source", where))
     rows.append(("created", f"{timestamp(info.created_at)} ({age(info.created_at)} ago)"))
     inherited = info.forked_from.at if info.forked_from else 0
     msgs = count(info.head_seq)
