@@ -31,7 +31,7 @@ import hashlib
 import sqlite3
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -40,6 +40,9 @@ from ._tables import outputs
 from .errors import InvariantError
 from .models import NewMessage, StoredOutput, ToolResultBlock
 from .refs import format_ref
+
+if TYPE_CHECKING:
+    from ._engine import Database
 
 INLINE_LIMIT = 1 << 20
 """Characters: a tool output longer than this is stored apart (1 MiB of ASCII text)."""
@@ -325,6 +328,20 @@ async def read_pieces(
         if lo < hi:
             yield piece[lo:hi] if (lo, hi) != (0, len(piece)) else piece
         n += 1
+
+
+def reader(
+    db: Database, thread_id: str, seq: int, tool_use_id: str
+) -> tuple[Callable[[int], Awaitable[int | None]], Fetch]:
+    """``sqlite_reader`` on a SQLite file (the raw read path), else ``sqlalchemy_reader``."""
+    raw = db.raw
+    if raw is not None:
+        return sqlite_reader(
+            lambda fn: raw.run(fn, where="reading a tool output"), thread_id, seq, tool_use_id
+        )
+    return sqlalchemy_reader(
+        lambda fn: db.read(fn, where="reading a tool output"), thread_id, seq, tool_use_id
+    )
 
 
 def owner_of(ancestry: Sequence[tuple[str, int]], seq: int) -> str:

@@ -195,18 +195,7 @@ class Store:
         a fork included), about a chunk (1 MiB) at a time: memory stays bounded whatever the
         output's size. Only outputs stored apart (``ToolResultBlock.stored``) have pieces."""
         owner = _outputs.owner_of(await self.ancestry(thread_id), seq)
-        if self.db.raw is not None:
-            raw = self.db.raw
-            first, fetch = _outputs.sqlite_reader(
-                lambda fn: raw.run(fn, where="reading a tool output"), owner, seq, tool_use_id
-            )
-        else:
-            first, fetch = _outputs.sqlalchemy_reader(
-                lambda fn: self.db.read(fn, where="reading a tool output"),
-                owner,
-                seq,
-                tool_use_id,
-            )
+        first, fetch = _outputs.reader(self.db, owner, seq, tool_use_id)
         async for piece in _outputs.read_pieces(first, fetch, start=start, end=end):
             yield piece
 
@@ -285,31 +274,21 @@ class Store:
         limit: int | None = None,
         oldest_first: bool = False,
     ) -> list[ThreadInfo]:
-        wanted = None if status is None else Status(status)
-        # ``running`` and ``interrupted`` depend on whether the runner lives (``as_seen``):
-        # fetch both, present, then filter (and limit) here; running threads are few
-        live_dependent = wanted in (Status.RUNNING, Status.INTERRUPTED)
-        q = _threads.list_query(
-            job_id=job_id,
-            statuses=[Status.RUNNING, Status.INTERRUPTED]
-            if live_dependent
-            else (None if wanted is None else [wanted]),
-            kind=kind,
-            parent_id=parent_id,
-            forked_from_id=forked_from_id,
-            limit=None if live_dependent else limit,
-            oldest_first=oldest_first,
+        """Threads matching every given filter, newest first (or oldest), as readers see them
+        (``running`` with its runner gone reads ``interrupted``, and filters so)."""
+        return await self.db.read(
+            lambda c: _threads.listing(
+                c,
+                job_id=job_id,
+                status=status,
+                kind=kind,
+                parent_id=parent_id,
+                forked_from_id=forked_from_id,
+                limit=limit,
+                oldest_first=oldest_first,
+            ),
+            where="listing threads",
         )
-        now = utcnow()
-        found = [
-            as_seen(t, now)
-            for t in await self.db.read(lambda c: _threads.rows(c, q), where="listing threads")
-        ]
-        if live_dependent:
-            found = [t for t in found if t.status == wanted]
-            if limit is not None:
-                found = found[:limit]
-        return found
 
     async def children(self, thread_id: str) -> list[ThreadInfo]:
         """Threads spawned by ``thread_id`` (spawn edges), oldest first."""

@@ -15,8 +15,9 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from . import _messages
-from ._engine import as_utc
+from ._engine import as_utc, utcnow
 from ._invariants import check_append
+from ._liveness import as_seen
 from ._redact import redact
 from ._tables import threads
 from .errors import AmbiguousRef, LeaseLost, StatusError, ThreadNotFound
@@ -157,24 +158,30 @@ async def by_prefix(conn: AsyncConnection, prefix: str, dialect: str) -> ThreadI
     return thread_from_row(rows[0])
 
 
-def list_query(
+async def listing(
+    conn: AsyncConnection,
     *,
     job_id: str | None,
-    statuses: Sequence[Status] | None,
+    status: Status | str | None,
     kind: Kind | str | None,
     parent_id: str | None,
     forked_from_id: str | None,
     limit: int | None,
     oldest_first: bool,
-) -> sa.Select[Any]:
-    """The threads matching every given filter, by id (creation order)."""
+) -> list[ThreadInfo]:
+    """``Store.list_threads``: the threads matching every given filter, by id (creation order),
+    as readers see them."""
+    wanted = None if status is None else Status(status)
+    # ``running`` and ``interrupted`` depend on whether the runner lives (``as_seen``): fetch
+    # both, present, then filter (and limit) here; running threads are few
+    live_dependent = wanted in (Status.RUNNING, Status.INTERRUPTED)
     q = sa.select(*THREAD_COLUMNS)
     if job_id is not None:
         q = q.where(threads.c.job_id == job_id)
-    if statuses is not None and len(statuses) == 1:
-        q = q.where(threads.c.status == str(statuses[0]))
-    elif statuses is not None:
-        q = q.where(threads.c.status.in_([str(s) for s in statuses]))
+    if live_dependent:
+        q = q.where(threads.c.status.in_([str(Status.RUNNING), str(Status.INTERRUPTED)]))
+    elif wanted is not None:
+        q = q.where(threads.c.status == str(wanted))
     if kind is not None:
         q = q.where(threads.c.kind == str(Kind(kind)))
     if parent_id is not None:
@@ -182,7 +189,15 @@ def list_query(
     if forked_from_id is not None:
         q = q.where(threads.c.forked_from_id == forked_from_id)
     q = q.order_by(threads.c.id if oldest_first else threads.c.id.desc())
-    return q if limit is None else q.limit(limit)
+    if limit is not None and not live_dependent:
+        q = q.limit(limit)
+    now = utcnow()
+    found = [as_seen(t, now) for t in await rows(conn, q)]
+    if live_dependent:
+        found = [t for t in found if t.status == wanted]
+        if limit is not None:
+            found = found[:limit]
+    return found
 
 
 async def rows(conn: AsyncConnection, query: sa.Select[Any]) -> list[ThreadInfo]:
