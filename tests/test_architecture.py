@@ -320,17 +320,10 @@ def _cycles() -> list[list[str]]:
     return out
 
 
-KNOWN_CYCLES = [
-    # the MCP server registers its tools and resources lazily, and they import it back (to be
-    # broken by its owner: a registry module both sides import, as cli/registry.py is)
-    ["orchestrator.mcp._resources", "orchestrator.mcp._server", "orchestrator.mcp._tools"],
-]
-
-
 def test_no_import_cycle_among_the_products_modules() -> None:
     """A package's ``__init__`` importing its own submodules is not a cycle unless a
     submodule imports the package back, which ``_targets`` then shows."""
-    cycles = [c for c in _cycles() if c not in KNOWN_CYCLES]
+    cycles = _cycles()
     assert not cycles, f"import cycles: {cycles}"
 
 
