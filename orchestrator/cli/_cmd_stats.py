@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..humanize import count
 from ._app import Output, command, run_command
-from ._render import Column, Printer, count, one_line, percent, usd
+from ._render import Column, Printer, one_line, percent, usd
 
 if TYPE_CHECKING:
     from store import Store

@@ -34,7 +34,8 @@ from typing import Any, TextIO
 from store import Status, format_ref, redact
 from workers import LoopEvent
 
-from ._render import STATUS_STYLES, cell_width, compact, fit, one_line, usd, visible
+from ..humanize import compact
+from ._render import STATUS_STYLES, cell_width, fit, one_line, usd, visible
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 MARKS = {"done": "✓", "failed": "✗", "interrupted": "!", "cancelled": "!"}

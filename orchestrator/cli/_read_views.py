@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ..humanize import age, compact
 from ..views import hit_json
-from ._render import Column, Printer, age, compact, one_line, status_cell
+from ._render import Column, Printer, one_line, status_cell
 from ._thread_text import render_header, render_messages, render_result
 
 if TYPE_CHECKING:

@@ -21,8 +21,9 @@ import sys
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, TextIO
+
+from ..humanize import count
 
 Style = str | None
 
@@ -223,19 +224,6 @@ def first_line(text: str, width: int = 80) -> str:
     return ""
 
 
-def count(n: int) -> str:
-    return f"{n:,}"
-
-
-def compact(n: int) -> str:
-    """1234 → 1.2k, 3456789 → 3.5M."""
-    if n < 1000:
-        return str(n)
-    if n < 1_000_000:
-        return f"{n / 1000:.1f}k".replace(".0k", "k")
-    return f"{n / 1_000_000:.1f}M".replace(".0M", "M")
-
-
 def usd(value: float) -> str:
     if value == 0:
         return "$0"
@@ -250,24 +238,6 @@ def plural(n: int, word: str) -> str:
 
 def percent(share: float | None) -> str:
     return "—" if share is None else f"{share * 100:.0f}%"
-
-
-def age(when: datetime, now: datetime | None = None) -> str:
-    """How long ago: 42s, 5m, 3h, 2d, 7w."""
-    now = now or datetime.now(UTC)
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    seconds = max(int((now - when).total_seconds()), 0)
-    for size, unit in ((7 * 86400, "w"), (86400, "d"), (3600, "h"), (60, "m")):
-        if seconds >= size * (2 if unit == "w" else 1):
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-def timestamp(when: datetime) -> str:
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def json_value(value: Any, width: int) -> str:

@@ -21,20 +21,9 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import IO, TYPE_CHECKING, Any, Literal
 
+from ..humanize import age, count, timestamp
 from ..views import cache_share
-from ._render import (
-    STATUS_STYLES,
-    Printer,
-    age,
-    count,
-    first_line,
-    json_value,
-    one_line,
-    percent,
-    plural,
-    timestamp,
-    usd,
-)
+from ._render import STATUS_STYLES, Printer, first_line, json_value, one_line, percent, plural, usd
 
 if TYPE_CHECKING:
     from store import Message, Result, Store, ThreadInfo, Usage

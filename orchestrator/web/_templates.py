@@ -17,7 +17,9 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from ._text import age, compact, count, shown, stamp
+from ..humanize import age, compact, count
+from ..humanize import timestamp as stamp
+from ._text import shown
 from ._views import PAGE, message_url, ref_url, thread_url, usage_line
 
 HERE = Path(__file__).resolve().parent

@@ -14,7 +14,6 @@ response never fails to encode. Newlines and tabs are kept.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 
 # C0 controls but newline and tab (a CR is harmless only right before a newline), DEL, C1
 # controls, bidi embeddings/overrides/isolates, and lone surrogates
@@ -79,31 +78,3 @@ def _nth_from_end(text: str, sub: str, n: int) -> int:
         if at < 0:
             return -1
     return at
-
-
-def count(n: int) -> str:
-    return f"{n:,}"
-
-
-def compact(n: int) -> str:
-    """1234 → 1.2k, 2_500_000 → 2.5M: tokens in the tree."""
-    for size, unit in ((1_000_000, "M"), (1_000, "k")):
-        if n >= size:
-            return f"{n / size:.1f}{unit}"
-    return str(n)
-
-
-def age(when: datetime | str, now: datetime | None = None) -> str:
-    """How long ago (``when``: a time or its ISO 8601 text, as the JSON shapes carry it), in
-    the largest whole unit: 45s, 12m, 3h, 9d."""
-    if isinstance(when, str):
-        when = datetime.fromisoformat(when)
-    seconds = max(int(((now or datetime.now(UTC)) - when).total_seconds()), 0)
-    for size, unit in ((86_400, "d"), (3_600, "h"), (60, "m")):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-def stamp(when: datetime) -> str:
-    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -13,7 +13,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from ._text import cap, count
+from ..humanize import count
+from ._text import cap
 
 if TYPE_CHECKING:
     from orchestrator.api import Orchestrator
