@@ -364,7 +364,7 @@ class Database:
 
     async def write(self, fn: Callable[[AsyncConnection], Awaitable[T]], *, where: str = "") -> T:
         try:
-            async with self._turn(where), self.writer.begin() as conn:
+            async with self.write_turn(where), self.writer.begin() as conn:
                 if self.dialect == "postgresql":
                     # one writer per process is enforced in Store; across processes row locks
                     # (SELECT … FOR UPDATE) serialise writers of the same thread
@@ -373,8 +373,11 @@ class Database:
         except (exc.SQLAlchemyError, OSError) as err:
             raise translate(err, where=where) from err
 
-    def _turn(self, where: str) -> contextlib.AbstractAsyncContextManager[None]:
-        """This writer's turn in the queue of a SQLite file (``WriteQueue``)."""
+    def write_turn(self, where: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """This writer's turn in the queue of a SQLite file (``WriteQueue``); a no-op elsewhere.
+        Every SQLite write transaction of the process runs inside one, whichever connection it
+        uses (``write`` and ``migrate`` take it themselves): a writer that skips the queue
+        barges past the processes waiting in it."""
         if self.queue is None:
             return contextlib.nullcontext()
         return self.queue.turn(where=where)
@@ -394,7 +397,7 @@ class Database:
         try:
             if await self._current_revision() == SCHEMA_HEAD:
                 return None
-            async with self._turn("migrating"), self.writer.begin() as conn:
+            async with self.write_turn("migrating"), self.writer.begin() as conn:
                 if self.dialect == "postgresql":
                     await conn.execute(
                         sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK_KEY}

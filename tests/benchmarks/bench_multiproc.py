@@ -144,7 +144,8 @@ def _unqueued_child(path: str, n: int, seed: int, barrier: Barrier, out: Any) ->
     """The store with its writer queue switched off: SQLite's busy handler alone, as before."""
     from store import _engine
 
-    _engine.Database._turn = lambda self, where: contextlib.nullcontext()  # type: ignore[method-assign]
+    off = lambda self, where: contextlib.nullcontext()  # noqa: E731
+    _engine.Database.write_turn = off  # type: ignore[method-assign]
     _store_child(path, n, seed, barrier, out)
 
 
@@ -197,7 +198,7 @@ async def main(*, processes: int, per_process: int, rounds: int) -> dict[str, An
     try:
         template = await migrated_template(workdir)
         names = [f"{k}_{p}" for p in (1, processes) for k in ("raw_sqlite3", "store")]
-        if hasattr(_engine.Database, "_turn"):  # the same run without the queue, to compare
+        if hasattr(_engine.Database, "write_turn"):  # the same run without the queue, to compare
             names.append(f"unqueued_{processes}")
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
         for r in range(rounds):
