@@ -64,18 +64,22 @@ def export(ctx: click.Context, ref: str, fmt: str, redact: bool) -> None:
     async def go(store: Store) -> Output:
         resolved = await store.resolve(ref)
         info = resolved.thread
-        msgs = await store.messages(info.id, start=resolved.start or 1, end=resolved.end)
         spool = tempfile.TemporaryFile("w+", encoding="utf-8", newline="")  # noqa: SIM115
         if fmt == "html":
             from ..web import write_thread_html
 
-            await write_thread_html(store, resolved.ref, spool.write)
-        elif fmt == "md":
-            await _write_markdown(store, spool, info, msgs)
+            # masked string by string before escaping (and once more whole, below, for a
+            # secret cut by a stored output's chunk boundary)
+            n = await write_thread_html(store, resolved.ref, spool.write, redact=redact)
         else:
-            await _write_jsonl(store, spool, msgs)
+            msgs = await store.messages(info.id, start=resolved.start or 1, end=resolved.end)
+            n = len(msgs)
+            if fmt == "md":
+                await _write_markdown(store, spool, info, msgs)
+            else:
+                await _write_jsonl(store, spool, msgs)
         spool.seek(0)
-        data = {"ref": info.ref, "format": fmt, "messages": len(msgs)}
+        data = {"ref": info.ref, "format": fmt, "messages": n}
         if as_json:
             data["text"] = spool.read()
             spool.close()

@@ -19,13 +19,16 @@ if TYPE_CHECKING:
     from store import Store
 
 
-async def write_thread_html(store: Store, ref: str, write: Callable[[str], Any]) -> int:
+async def write_thread_html(
+    store: Store, ref: str, write: Callable[[str], Any], *, redact: bool = False
+) -> int:
     """Write the page of thread ``ref`` (every message, or the range it names: ``T-…#3-9``)
-    through ``write``; the number of messages written."""
+    through ``write``; the number of messages written. ``redact``: secrets masked in every
+    string before it is escaped."""
     from orchestrator.api import Orchestrator
 
     page = await export_page(Orchestrator(store), ref)
-    template = environment().get_template("thread.html")
+    template = environment(redacted=redact).get_template("thread.html")
     async for chunk in template.generate_async(page=page, standalone=True, css=stylesheet()):
         write(chunk)
     return len(page.messages)

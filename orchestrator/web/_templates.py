@@ -17,6 +17,8 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from store import redact
+
 from ..humanize import age, compact, count
 from ..humanize import timestamp as stamp
 from ._text import shown
@@ -40,6 +42,14 @@ def _finalize(value: Any) -> Any:
     return value
 
 
+def _finalize_redacted(value: Any) -> Any:
+    """``_finalize`` after masking secrets: on the text itself, before it is escaped, so a
+    secret holding ``<`` or ``&`` is found as it is (the escaped page would spell it apart)."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return shown(redact(value))
+    return _finalize(value)
+
+
 def marks(snippet: str) -> list[tuple[str, bool]]:
     """A search snippet (its matches in [brackets]) as (text, is_match) parts."""
     parts, pos = [], 0
@@ -52,12 +62,14 @@ def marks(snippet: str) -> list[tuple[str, bool]]:
 
 
 @cache
-def environment() -> jinja2.Environment:
+def environment(*, redacted: bool = False) -> jinja2.Environment:
+    """The templates' environment; ``redacted``: every printed string has its secrets masked
+    (``export --format html --redact``)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=True,
         enable_async=True,
-        finalize=_finalize,
+        finalize=_finalize_redacted if redacted else _finalize,
         trim_blocks=True,
         lstrip_blocks=True,
         undefined=jinja2.StrictUndefined,

@@ -5,6 +5,7 @@ error when the web extra is missing."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import signal
 import socket
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import markupsafe
 import pytest
 from click.testing import CliRunner
 
@@ -116,3 +118,24 @@ def test_export_html_of_a_range_and_of_hostile_text(db: tuple[str, Refs]) -> Non
 
 def refs_of(db: tuple[str, Refs]) -> Refs:
     return db[1]
+
+
+def test_export_html_redact_masks_a_secret_that_escaping_would_spell_apart(
+    db: tuple[str, Refs],
+) -> None:
+    # a configured secret holding characters HTML escapes: masked on the text itself, so
+    # neither its raw nor its escaped spelling reaches the page
+    secret = "tok<&'\"-0123456789abcdef"
+    env = clean_env(DEPLOY_TOKEN=secret)
+    line = json.dumps({"role": "user", "content": f"the token is {secret} (keep it)"})
+    made = run_cli("--json", "import", "-", db=db[0], stdin=line + "\n", env=env)
+    assert made.returncode == 0, made.stderr
+    ref = json.loads(made.stdout)["ref"]
+    escaped = str(markupsafe.escape(secret))  # as the templates escape it
+    shown = run_cli("export", ref, "--format", "html", db=db[0], env=env)
+    assert shown.returncode == 0 and escaped in shown.stdout  # the record, unredacted
+    masked = run_cli("export", ref, "--format", "html", "--redact", db=db[0], env=env)
+    assert masked.returncode == 0, masked.stderr
+    assert "the token is [REDACTED] (keep it)" in masked.stdout
+    assert escaped not in masked.stdout and secret not in masked.stdout
+    assert "0123456789abcdef" not in masked.stdout
