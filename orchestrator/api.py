@@ -143,6 +143,9 @@ class Orchestrator:
         from .runtime import create_lead, model_key
 
         spec = job if isinstance(job, JobSpec) else load_job(Path(job), **overrides)
+        from .runtime.executors import check_executor
+
+        check_executor(spec, self.store)  # exit 2 before anything is stored
         # Everything that can be checked before anything is stored: every model the job names
         # is built now (a scripted file is read and compiled, a provider's key is looked up),
         # so a bad one is exit 2 with nothing stored, never a lead left queued.
@@ -354,6 +357,30 @@ class Orchestrator:
 
         job_id = (await self._thread(job)).job_id if job else None
         return (await gc(self.store, job_id=job_id, branches=branches)).to_json()
+
+    # ------------------------------------------------------------------ scale-out
+
+    async def serve_worker(
+        self, *, address: str | None, task_queue: str, slots: int, ready: Any = None
+    ) -> None:
+        """Execute worker runs of Temporal jobs on this host until cancelled (``threadloom
+        worker``): ``slots`` at once, from ``task_queue`` of the cluster at ``address``
+        (default: env ``THREADLOOM_TEMPORAL_ADDRESS``). Needs a PostgreSQL store."""
+        from .runtime.executors import require_shared_store, require_temporal
+
+        require_shared_store(self.store, "threadloom worker")
+        require_temporal("threadloom worker")
+        from .runtime.temporal.executor import temporal_address
+        from .runtime.temporal.host import serve
+
+        await serve(
+            self.store,
+            address=temporal_address(address),
+            task_queue=task_queue,
+            slots=slots,
+            ready=ready,
+            model_factory=self.model_factory,
+        )
 
     # ------------------------------------------------------------------ internals
 

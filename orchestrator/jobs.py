@@ -84,6 +84,13 @@ class JobSpec(_Strict):
     request_timeout_s: float | None = Field(None, gt=0, allow_inf_nan=False)
     worker: WorkerDefaults = Field(default_factory=WorkerDefaults)
     tasks: list[TaskSpec] = Field(default_factory=list)
+    # where worker runs execute: in this process, or on ``threadloom worker`` hosts through a
+    # Temporal cluster (README §Scale-out; needs a PostgreSQL --db every host shares)
+    executor: Literal["local", "temporal"] = "local"
+    temporal_address: str | None = None  # default: env THREADLOOM_TEMPORAL_ADDRESS, localhost
+    task_queue: str = Field("threadloom", min_length=1)
+    # a host silent this long has its runs handed to another host
+    heartbeat_timeout_s: float = Field(30.0, gt=0, allow_inf_nan=False)
     # where the file was: relative paths (workspace, scripted model files) resolve against it
     base_dir: str = "."
 

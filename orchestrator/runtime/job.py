@@ -39,6 +39,7 @@ from ..isolation import Isolation, WorkerTree
 from ..isolation.worktrees import DB_FILES
 from ..jobs import JobSpec
 from . import threads
+from .executors import Executor, executor_for
 from .lead_tools import lead_tools, reader_tools
 
 log = structlog.get_logger("threadloom.runtime")
@@ -79,6 +80,14 @@ class JobRuntime:
     _sandbox: SandboxSettings | None = None
     _isolation: Isolation | None = None
     _isolation_loaded: bool = False
+    _executor: Executor | None = None
+
+    @property
+    def executor(self) -> Executor:
+        """Where worker runs execute (``executors``: this process, or Temporal hosts)."""
+        if self._executor is None:
+            self._executor = executor_for(self.job)
+        return self._executor
 
     @property
     def semaphore(self) -> asyncio.Semaphore:
@@ -100,6 +109,8 @@ class JobRuntime:
         self._models.update(models)
 
     async def aclose(self) -> None:
+        if self._executor is not None:
+            await self._executor.aclose()
         for m in self._models.values():
             with contextlib.suppress(Exception):
                 await m.aclose()
@@ -243,7 +254,9 @@ class JobRuntime:
         2, nothing appended) instead of being reported as this run's outcome."""
         async with self.semaphore:
             try:
-                outcome = await self.run(info, model_spec=model_spec, message=message)
+                outcome = await self.executor.run(
+                    self, info, model_spec=model_spec, message=message
+                )
             except asyncio.CancelledError:
                 raise
             except LeaseHeld:
@@ -251,16 +264,16 @@ class JobRuntime:
                     raise  # a resume of a thread that runs elsewhere: refused, nothing appended
                 log.warning("worker.held_elsewhere", thread=info.ref)
                 # the other runner owns the thread and its dispatch row now: report, don't touch
-                return await self._as_stored(info, f"{info.ref} is being run by another runner")
+                return await self.stored_outcome(info, f"{info.ref} is being run by another runner")
             except Exception as exc:
                 log.warning("worker.crashed", thread=info.ref, error=str(exc))
-                outcome = await self._as_stored(info, str(exc), exc)
+                outcome = await self.stored_outcome(info, str(exc), exc)
             await self.store.dispatches.set_status(info.id, str(outcome.status))
             self.ended[info.id] = outcome
             return outcome
 
-    async def _as_stored(
-        self, info: ThreadInfo, error: str, exception: BaseException | None = None
+    async def stored_outcome(
+        self, info: ThreadInfo, error: str | None, exception: BaseException | None = None
     ) -> RunOutcome:
         """The outcome of a run that raised instead of ending: whatever the store now says."""
         latest = await self.store.get_thread(info.id)

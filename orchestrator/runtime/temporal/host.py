@@ -1,0 +1,136 @@
+"""``threadloom worker``'s side: a Temporal worker on one host that executes worker runs.
+
+The ``run_thread`` activity takes the thread's lease and runs it through the job's own
+``JobRuntime.run`` (the job spec is read from the lead thread in the shared store), heartbeating
+every third of the heartbeat timeout. A retried attempt — the host that ran it died — resumes
+the thread like any crashed one: the dead host's lease is taken over (at once when its process
+is known dead, else once it expires; until then the attempt is retried), orphaned tool calls are
+answered "interrupted", nothing is re-run. A late host cannot append (the store's lease guard).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING
+
+import structlog
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+from store import LeaseHeld, Status, Store, TextBlock
+
+from ..job import JobRuntime, ModelFactory
+from ..threads import job_of
+from .executor import connect
+from .workflow import ACTIVITY, HELD, RunArgs, RunReport, ThreadWorkflow
+
+if TYPE_CHECKING:
+    from store import ThreadInfo
+
+log = structlog.get_logger("threadloom.temporal")
+
+ENDED = (Status.DONE, Status.FAILED, Status.CANCELLED)
+
+
+class Host:
+    """The activities of one host over its store: one ``JobRuntime`` per job it has run for
+    (models and the sandbox decision are built once per job, as in a local run)."""
+
+    def __init__(self, store: Store, *, model_factory: ModelFactory | None = None) -> None:
+        self.store = store
+        self.model_factory = model_factory
+        self._runtimes: dict[str, JobRuntime] = {}
+
+    async def runtime(self, info: ThreadInfo) -> JobRuntime:
+        if info.job_id not in self._runtimes:
+            lead = await self.store.get_thread(info.job_id)
+            rt = JobRuntime(store=self.store, job=job_of(lead), lead_id=lead.id)
+            if self.model_factory is not None:
+                rt.model_factory = self.model_factory
+            self._runtimes[info.job_id] = rt
+        return self._runtimes[info.job_id]
+
+    async def aclose(self) -> None:
+        for rt in self._runtimes.values():
+            await rt.aclose()
+        self._runtimes.clear()
+
+    @activity.defn(name=ACTIVITY)
+    async def run_thread(self, args: RunArgs) -> RunReport:
+        attempt = activity.info().attempt
+        beat = asyncio.create_task(_heartbeat(args.heartbeat_timeout_s / 3))
+        try:
+            info = await self.store.get_thread(args.thread_id)
+            message = args.message
+            if attempt > 1:
+                if info.status in ENDED:  # ended before its host could report it
+                    return RunReport(str(info.status), info.error)
+                if message is not None and await self._delivered(info.id, message):
+                    message = None
+            log.info("temporal.run", thread=info.ref, attempt=attempt)
+            rt = await self.runtime(info)
+            try:
+                outcome = await rt.run(info, model_spec=args.model_spec, message=message)
+            except LeaseHeld as held:
+                if attempt == 1:  # another runner owns it: reported, as a local run would
+                    return RunReport(HELD, str(held))
+                # the dead host's lease has not expired yet: try again shortly
+                raise ApplicationError(str(held), type="LeaseHeld") from None
+            except asyncio.CancelledError:
+                raise  # the loop left the thread interrupted, every tool call answered
+            except Exception as exc:
+                log.warning("worker.crashed", thread=info.ref, error=str(exc))
+                latest = await self.store.get_thread(info.id)
+                return RunReport(str(latest.status), str(exc))
+            return RunReport(str(outcome.status), outcome.error)
+        finally:
+            beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat
+
+    async def _delivered(self, thread_id: str, message: str) -> bool:
+        """Whether the dead attempt already appended the run's message."""
+        for m in reversed(await self.store.messages(thread_id)):
+            if m.role == "user" and any(
+                isinstance(b, TextBlock) and b.text == message for b in m.content
+            ):
+                return True
+        return False
+
+
+async def _heartbeat(every_s: float) -> None:
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(every_s)
+
+
+async def serve(
+    store: Store,
+    *,
+    address: str,
+    task_queue: str,
+    slots: int,
+    ready: asyncio.Event | None = None,
+    model_factory: ModelFactory | None = None,
+) -> None:
+    """Run this host's Temporal worker until cancelled (its runs end interrupted then)."""
+    client = await connect(address)
+    host = Host(store, model_factory=model_factory)
+    worker = Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[ThreadWorkflow],
+        activities=[host.run_thread],
+        max_concurrent_activities=slots,
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    )
+    try:
+        async with worker:
+            log.info("temporal.worker_ready", address=address, task_queue=task_queue, slots=slots)
+            if ready is not None:
+                ready.set()
+            await asyncio.Event().wait()
+    finally:
+        await host.aclose()

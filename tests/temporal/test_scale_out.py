@@ -1,0 +1,176 @@
+"""Workers on many hosts through Temporal (SPEC §Scale-out): a job's worker runs execute on
+``threadloom worker`` processes; a host SIGKILLed mid-tool has its thread resumed on another
+(the tool not re-run, every message there); a lead SIGKILLed mid-job is resumed and reattaches
+to the runs it started; ``executor = "temporal"`` without PostgreSQL is exit 2."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from typing import Any
+
+from store import Store, ToolResultBlock, ToolUseBlock
+from tests.e2e.conftest import bash, submit
+from tests.temporal.conftest import Cluster
+
+SLOW = f"30.{os.getpid()}7"  # a sleep of this test process, found by its argument
+
+
+def _read(cluster: Cluster, fn: Any) -> Any:
+    async def go() -> Any:
+        store = await Store.open(cluster.db, migrate=False)
+        try:
+            return await fn(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(go())
+
+
+def _lines(cluster: Cluster, name: str) -> list[str]:
+    path = cluster.ws / name
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _wait(predicate: Any, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def six_task_job(cluster: Cluster, name: str, *, slow: str) -> Any:
+    quick = [{"id": f"q{i}", "title": f"Q{i}", "prompt": "quick"} for i in range(1, 6)]
+    return cluster.job(
+        name,
+        [
+            {"match": f"Job: {name}", "turns": [{"text": "six reported"}]},
+            {
+                "match": "(?m)^Task q",
+                "turns": [bash("echo $PPID >> quick.log"), submit("quick one done")],
+            },
+            {
+                "match": "(?m)^Task slow:",
+                "turns": [bash(f"echo $PPID >> slow.log; {slow}"), submit("slow one done")],
+            },
+        ],
+        [*quick, {"id": "slow", "title": "S", "prompt": "slow"}],
+    )
+
+
+def _workers(cluster: Cluster) -> list[dict[str, Any]]:
+    return list(cluster.json("ls", "--kind", "worker"))
+
+
+def _slow_owner_pid(cluster: Cluster) -> int:
+    async def owner(store: Store) -> str | None:
+        for t in await store.list_threads(kind="worker"):
+            if (t.task or {}).get("id") == "slow":
+                return t.lease_owner
+        return None
+
+    found = _read(cluster, owner)
+    assert found, "the slow worker holds no lease"
+    return int(found.split(":")[1])
+
+
+def _all_answered(cluster: Cluster, lead: str) -> dict[str, list[str]]:
+    """Every tool call of the job answered; the tool results' texts per task."""
+    out: dict[str, list[str]] = {}
+
+    async def check(store: Store) -> None:
+        for t in await store.job_tree(lead[2:]):
+            msgs = await store.messages(t.id)
+            for i, m in enumerate(msgs):
+                uses = {b.id for b in m.content if isinstance(b, ToolUseBlock)}
+                if uses:
+                    assert i + 1 < len(msgs), f"{t.ref}#{m.seq} unanswered"
+                    got = [b for b in msgs[i + 1].content if isinstance(b, ToolResultBlock)]
+                    assert {b.tool_use_id for b in got} == uses
+                    out.setdefault(str((t.task or {}).get("id")), []).extend(
+                        str(b.content) for b in got
+                    )
+
+    _read(cluster, check)
+    return out
+
+
+def test_a_host_killed_mid_tool_has_its_thread_resumed_on_another(cluster: Cluster) -> None:
+    a, b = cluster.add_host("a"), cluster.add_host("b")
+    lead = cluster.start("--json", "run", str(six_task_job(cluster, "kill", slow=f"sleep {SLOW}")))
+    _wait(lambda: len(_lines(cluster, "slow.log")) == 1, "the slow tool to start")
+    pid = _slow_owner_pid(cluster)
+    victim = a if pid == a.pid else b
+    assert pid in (a.pid, b.pid)  # the run executes on a host, not in the lead's process
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    out, err = lead.communicate(timeout=90)
+    assert lead.returncode == 0, err
+    assert '"six reported"' in out
+    workers = _workers(cluster)
+    assert len(workers) == 6 and all(w["status"] == "done" for w in workers)
+    assert len(_lines(cluster, "slow.log")) == 1  # the killed tool was not run again
+    assert len(_lines(cluster, "quick.log")) == 5  # nor any finished one
+    results = _all_answered(cluster, workers[0]["job"])
+    assert any("interrupted" in r for r in results["slow"])
+    # the survivor took the dead host's lease over and resumed the thread (Temporal's retry)
+    survivor = cluster.root / "hosts" / ("b" if victim is a else "a") / "worker.log"
+    log = survivor.read_text()
+    slow_ref = next(w["ref"] for w in workers if w["title"] == "S")
+    assert f"attempt=2 thread={slow_ref}" in log and f"dead_owner={cluster.host}:{pid}:" in log
+
+
+def test_a_lead_killed_mid_job_is_resumed_and_reattaches(cluster: Cluster) -> None:
+    cluster.add_host("a")
+    cluster.add_host("b")
+    job = six_task_job(cluster, "lead", slow="sleep 3")
+    lead = cluster.start("--json", "run", str(job))
+    _wait(lambda: len(_lines(cluster, "slow.log")) == 1, "the slow tool to start")
+    lead.send_signal(signal.SIGKILL)
+    lead.communicate()
+    ref = cluster.json("ls", "--kind", "lead")[0]["ref"]
+    res = cluster.run("--json", "resume", ref, timeout=90)
+    assert res.code == 0, res.stderr
+    assert '"six reported"' in res.stdout
+    workers = _workers(cluster)
+    assert len(workers) == 6 and all(w["status"] == "done" for w in workers)
+    # the remote runs went on without the lead; the resumed lead waited for them, ran none
+    assert len(_lines(cluster, "slow.log")) == 1
+    assert len(_lines(cluster, "quick.log")) == 5
+    results = _all_answered(cluster, ref)
+    assert not any("interrupted" in r for r in results["slow"])
+
+
+def test_ctrl_c_of_the_lead_reaches_the_remote_run(cluster: Cluster) -> None:
+    cluster.add_host("a")
+    lead = cluster.start("--json", "run", str(six_task_job(cluster, "stop", slow=f"sleep {SLOW}")))
+    _wait(lambda: len(_lines(cluster, "slow.log")) == 1, "the slow tool to start")
+    _wait(lambda: len(_lines(cluster, "quick.log")) == 5, "the quick tools")
+    lead.send_signal(signal.SIGINT)
+    _out, err = lead.communicate(timeout=60)
+    assert lead.returncode == 130, err
+    slow = next(w for w in _workers(cluster) if w["title"] == "S")
+    assert slow["status"] == "interrupted"  # the workflow's cancellation ended it on the host
+    results = _all_answered(cluster, slow["job"])
+    assert any("interrupted" in r for r in results["slow"])
+    assert not [p for p in os.listdir("/proc") if p.isdigit() and _runs_slow(p)]
+
+
+def _runs_slow(pid: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmdline = fh.read()
+    except OSError:
+        return False
+    return SLOW.encode() in cmdline and b"pytest" not in cmdline
+
+
+def test_temporal_without_postgresql_is_exit_2_naming_it(cluster: Cluster) -> None:
+    job = six_task_job(cluster, "sqlite", slow="true")
+    res = cluster.run("--db", str(cluster.root / "t.db"), "run", str(job))
+    assert res.code == 2
+    assert "PostgreSQL" in res.stderr and 'executor = "temporal"' in res.stderr
+    res = cluster.run("--db", str(cluster.root / "t.db"), "worker")
+    assert res.code == 2 and "PostgreSQL" in res.stderr
