@@ -218,6 +218,7 @@ class JobRuntime:
                 timeout_s=float(task.get("timeout_s", self.job.worker.timeout_s)),
                 output_cap=self.config.output_cap,
                 bash_timeout_s=self.config.bash_timeout_s,
+                lease_ttl_s=self.config.lease_ttl_s,  # a Temporal host's: its heartbeat's
             )
         workspace = Path(task.get("workspace") or self.job.workspace_path)
         outcome = await run_thread(

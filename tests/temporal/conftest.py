@@ -116,10 +116,6 @@ class Cluster:
     hosts: list[subprocess.Popen[str]] = field(default_factory=list)
 
     @property
-    def host(self) -> str:
-        return socket.gethostname()
-
-    @property
     def ws(self) -> Path:
         return self.root / "ws"
 

@@ -20,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from store import LeaseHeld, Status, Store, TextBlock
+from workers import LoopConfig
 
 from ..job import JobRuntime, ModelFactory
 from ..threads import job_of
@@ -46,7 +47,11 @@ class Host:
     async def runtime(self, info: ThreadInfo) -> JobRuntime:
         if info.job_id not in self._runtimes:
             lead = await self.store.get_thread(info.job_id)
-            rt = JobRuntime(store=self.store, job=job_of(lead), lead_id=lead.id)
+            job = job_of(lead)
+            # the lease lives no longer than a heartbeat: when Temporal hands a silent host's
+            # run to another host, its lease has expired too, so the takeover is immediate
+            config = LoopConfig(lease_ttl_s=job.heartbeat_timeout_s)
+            rt = JobRuntime(store=self.store, job=job, lead_id=lead.id, config=config)
             if self.model_factory is not None:
                 rt.model_factory = self.model_factory
             self._runtimes[info.job_id] = rt
