@@ -319,19 +319,19 @@ def sdk_worker(ws: Path, turns: int = WORKER_TURNS) -> Agent[Any]:
     )
 
 
-async def sdk_job(root: Path, db: Path, workers: int, parallel: int) -> float:
+async def sdk_job(root: Path, db: Path, workers: int, parallel: int, rnd: int) -> float:
     ws = workspace(root)
     sem = asyncio.Semaphore(parallel)
     results: list[Any] = []
 
     async def one(i: int) -> Any:
         async with sem:
-            session = SQLiteSession(f"worker-{i}", db)
+            session = SQLiteSession(f"r{rnd}-worker-{i}", db)
             try:
-                run = await Runner.run(sdk_worker(ws), f"Task t{i}: do part {i}", session=session)
+                done = await Runner.run(sdk_worker(ws), f"Task t{i}: do part {i}", session=session)
             finally:
                 session.close()
-            return run.final_output
+            return done.final_output
 
     @function_tool
     async def dispatch() -> str:
@@ -346,7 +346,7 @@ async def sdk_job(root: Path, db: Path, workers: int, parallel: int) -> float:
         model=SdkZeroModel(2, "dispatch", "All done."),
     )
     t0 = time.perf_counter()
-    session = SQLiteSession("lead", db)
+    session = SQLiteSession(f"r{rnd}-lead", db)
     try:
         await Runner.run(lead, "Job: peer. Goal: benchmark.", session=session, max_turns=5)
     finally:
@@ -461,6 +461,20 @@ async def sdk_durability(root: Path) -> dict[str, Any]:
 # ----------------------------------------------------------------- the rounds
 
 
+async def databases(root: Path) -> dict[str, Path]:
+    """One database file per system and figure, created before the rounds: a job runs on a
+    database that exists (a user's first run creates and migrates it once, the SDK's first
+    session creates its tables), so the figures are of jobs, not of creating files."""
+    out = {}
+    for name in ("tl-fan", "tl-one", "sdk-fan", "sdk-one"):
+        out[name] = db = root / f"{name}.db"
+        if name.startswith("tl"):
+            await (await Store.open(str(db))).close()
+        else:
+            SQLiteSession("init", db).close()
+    return out
+
+
 async def timed_rounds(
     rounds: int, variants: dict[str, Callable[[int], Awaitable[float]]]
 ) -> dict[str, list[float]]:
@@ -491,12 +505,13 @@ async def main(quick: bool) -> dict[str, Any]:
     long_n = 2_000 if quick else LONG
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        dbs = await databases(root)
         log("fan-out…")
         fan = await timed_rounds(
             rounds,
             {
-                "threadloom": lambda r: tl_job(root, root / f"tl-fan{r}.db", workers, 8),
-                "sdk": lambda r: sdk_job(root, root / f"sdk-fan{r}.db", workers, 8),
+                "threadloom": lambda r: tl_job(root, dbs["tl-fan"], workers, 8),
+                "sdk": lambda r: sdk_job(root, dbs["sdk-fan"], workers, 8, r),
             },
         )
         per_turn = workers * WORKER_TURNS
@@ -504,8 +519,8 @@ async def main(quick: bool) -> dict[str, Any]:
         small = await timed_rounds(
             rounds * 2,
             {
-                "threadloom": lambda r: tl_job(root, root / f"tl-one{r}.db", 1, 8),
-                "sdk": lambda r: sdk_job(root, root / f"sdk-one{r}.db", 1, 8),
+                "threadloom": lambda r: tl_job(root, dbs["tl-one"], 1, 8),
+                "sdk": lambda r: sdk_job(root, dbs["sdk-one"], 1, 8, r),
             },
         )
         log(f"long thread: writing {long_n:,} messages…")
