@@ -18,7 +18,7 @@ from . import _outputs, _search, _threads
 from ._checkpoints import Checkpoints
 from ._dispatches import Dispatches
 from ._engine import Database, utcnow
-from ._history import History, raw_read_range
+from ._history import History, raw_messages
 from ._invariants import check_append
 from ._leases import Leases
 from ._ledger import Ledger
@@ -162,9 +162,7 @@ class Store:
         """The visible history of a thread (inherited messages of a fork included), or the
         range ``start..end`` (inclusive; ``end=None`` means to the end)."""
         if self.db.raw is not None:
-            return await self.db.raw.run(
-                lambda c: raw_read_range(c, thread_id, start, end), where="reading messages"
-            )
+            return await raw_messages(self.db.raw, thread_id, start, end)
         return await self.db.read(
             lambda c: self._history.read_range(c, thread_id, start, end), where="reading messages"
         )
