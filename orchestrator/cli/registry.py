@@ -24,5 +24,6 @@ COMMANDS: dict[str, str] = {
     "show": "orchestrator.cli._cmd_read:show",
     "stats": "orchestrator.cli._cmd_stats:stats",
     "tree": "orchestrator.cli._cmd_read:tree",
+    "worker": "orchestrator.cli._cmd_worker:worker",
 }
 """Command name → ``module:attribute`` of its click command, imported on first use."""

@@ -24,7 +24,8 @@ import pytest
 from tests import pg
 from tests.e2e.conftest import Env, Result
 
-HEARTBEAT_S = 2.0  # short: a killed host's runs move on within seconds
+HEARTBEAT_S = 2.0  # short, so a killed host's runs move on within seconds; not so short that a
+# busy CI machine misses heartbeats (a run would move while its host lives)
 
 
 def temporal_binary() -> str | None:

@@ -11,6 +11,8 @@ import signal
 import time
 from typing import Any
 
+import pytest
+
 from store import Store, ToolResultBlock, ToolUseBlock
 from tests.e2e.conftest import bash, submit
 from tests.temporal.conftest import Cluster
@@ -97,14 +99,17 @@ def _all_answered(cluster: Cluster, lead: str) -> dict[str, list[str]]:
     return out
 
 
-def test_a_host_killed_mid_tool_has_its_thread_resumed_on_another(cluster: Cluster) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["killed", "stopped"])
+def test_a_host_killed_mid_tool_has_its_thread_resumed_on_another(
+    cluster: Cluster, sig: signal.Signals
+) -> None:
     a, b = cluster.add_host("a"), cluster.add_host("b")
     lead = cluster.start("--json", "run", str(six_task_job(cluster, "kill", slow=f"sleep {SLOW}")))
     _wait(lambda: len(_lines(cluster, "slow.log")) == 1, "the slow tool to start")
     pid = _slow_owner_pid(cluster)
     victim = a if pid == a.pid else b
     assert pid in (a.pid, b.pid)  # the run executes on a host, not in the lead's process
-    victim.send_signal(signal.SIGKILL)
+    victim.send_signal(sig)  # SIGINT: it ends its runs interrupted, and they move on too
     victim.wait()
     out, err = lead.communicate(timeout=90)
     assert lead.returncode == 0, err
