@@ -24,8 +24,9 @@ import pytest
 from tests import pg
 from tests.e2e.conftest import Env, Result
 
-HEARTBEAT_S = 2.0  # short, so a killed host's runs move on within seconds; not so short that a
-# busy CI machine misses heartbeats (a run would move while its host lives)
+HEARTBEAT_S = 5.0  # short, so a killed host's runs move on within seconds; not so short that a
+# busy CI machine misses heartbeats (at 2 s, with the suite running in 3 processes beside it, a
+# live host's runs moved and the late-host test timed out)
 
 
 def temporal_binary() -> str | None:
