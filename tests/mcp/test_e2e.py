@@ -75,18 +75,32 @@ def test_stdio_the_command_answers_initialize_and_exits_on_eof(setup: Setup) -> 
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
     ]
-    proc = subprocess.run(
+    # as a client does: read the answers, then close stdin (the SDK drops a request still in
+    # flight when stdin ends, so closing right after writing would race the last answer)
+    proc = subprocess.Popen(
         command(setup, "--model", setup.model),
-        input="".join(json.dumps(m) + "\n" for m in lines),
-        capture_output=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         cwd=setup.ws,
         env=child_env(),
-        timeout=SERVER_START_GUARD_S,  # stdin closes after the lines: the server must exit
-        check=False,
     )
-    assert proc.returncode == 0, proc.stderr
-    replies = [json.loads(line) for line in proc.stdout.splitlines()]  # nothing else on stdout
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write("".join(json.dumps(m) + "\n" for m in lines))
+        proc.stdin.flush()
+        replies = [json.loads(proc.stdout.readline()) for _ in range(2)]  # JSON-RPC only
+        proc.stdin.close()  # EOF: the server must exit, cleanly
+        proc.wait(timeout=SERVER_START_GUARD_S)
+        assert proc.stderr is not None
+        rest, err = proc.stdout.read(), proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert rest == ""  # nothing else on stdout
     assert [r["id"] for r in replies] == [1, 2]
     assert replies[0]["result"]["serverInfo"]["name"] == "threadloom"
     assert len(replies[1]["result"]["tools"]) == 12
