@@ -117,8 +117,12 @@ def test_a_host_killed_mid_tool_has_its_thread_resumed_on_another(
     workers = _workers(cluster)
     assert len(workers) == 6 and all(w["status"] == "done" for w in workers)
     assert len(_lines(cluster, "slow.log")) == 1  # the killed tool was not run again
-    assert len(_lines(cluster, "quick.log")) == 5  # nor any finished one
     results = _all_answered(cluster, workers[0]["job"])
+    # nor any quick one: each ran at most once; one the host was running when it died may
+    # have run (its result is "interrupted; effect unknown") or not
+    quick = [results[f"q{i}"] for i in range(1, 6)]
+    finished = sum(1 for r in quick if not any(x.startswith("interrupted") for x in r))
+    assert finished <= len(_lines(cluster, "quick.log")) <= 5
     assert any("interrupted" in r for r in results["slow"])
     # the survivor took the dead host's (expired) lease over and resumed the thread
     survivor = cluster.root / "hosts" / ("b" if victim is a else "a") / "worker.log"
