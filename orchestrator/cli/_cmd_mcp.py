@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import CliError
 from ._app import Output, command, get_app, run_async
 
 
@@ -47,8 +48,14 @@ def mcp(
     The client's agent is the lead: dispatch, wait, read_thread, ask_thread, resume_thread,
     fork_thread and more, over the same --db as every command. Keys come from this process's
     environment."""
+    import importlib.util
+
     from workers.providers import parse_model_spec
 
+    if importlib.util.find_spec("mcp") is None:
+        raise CliError(
+            "mcp: the MCP server needs the mcp SDK, not installed: pip install 'threadloom[mcp]'"
+        )
     from ..mcp import Settings, parse_http, serve
 
     for spec in (model, worker_model):

@@ -4,6 +4,7 @@ CLI and the official conformance suite (both npm tools installed by .ci/run)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -18,7 +19,10 @@ from typing import Any
 
 import httpx
 import pytest
+from click.testing import CliRunner
 from mcp import Client, StdioServerParameters
+
+from orchestrator.cli import main
 
 from .conftest import Setup, data, make_setup, node_tool
 
@@ -266,3 +270,20 @@ def test_bad_flags_are_exit_2_with_one_line(setup: Setup, flags: list[str], says
     )
     assert proc.returncode == 2 and proc.stdout == ""
     assert says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_without_the_mcp_extra_the_command_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *args: Any, **kwargs: Any) -> Any:
+        return None if name == "mcp" else real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    result = CliRunner().invoke(main, ["--db", str(tmp_path / "t.db"), "mcp"])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "threadloom: error: mcp: the MCP server needs the mcp SDK, not installed: "
+        "pip install 'threadloom[mcp]'"
+    ]
