@@ -57,11 +57,15 @@ def render(outcome: JobOutcome, *, hints: list[str] | None = None) -> Callable[[
                 out.write(head + summary + "\n")
             out.write("\n")
         u = outcome.usage
-        out.write(
-            f"{outcome.status}: {outcome.ref}  (job {outcome.job})  tokens: {u.input_tokens:,} in,"
-            f" {u.output_tokens:,} out, {u.cache_read_input_tokens:,} cache read,"
-            f" {u.cache_creation_input_tokens:,} cache write\n"
+        head = f"{outcome.status}: {outcome.ref}  (job {outcome.job})"
+        tokens = (
+            f"tokens: {u.input_tokens:,} in, {u.output_tokens:,} out,"
+            f" {u.cache_read_input_tokens:,} cache read,"
+            f" {u.cache_creation_input_tokens:,} cache write"
         )
+        # on a narrow terminal the tokens go on their own line instead of wrapping mid-figure
+        narrow = p.styled and len(head) + 2 + len(tokens) > p.console.width
+        out.write(head + ("\n  " if narrow else "  ") + tokens + "\n")
         if outcome.error:
             out.write(f"error: {outcome.error}\n")
         for hint in hints or []:

@@ -317,3 +317,23 @@ def test_on_a_terminal_the_report_is_rendered_markdown(monkeypatch: pytest.Monke
     assert "workers:" in plain
     worker = next(line for line in lines if "T-w1" in line)  # one line, cut to the width
     assert worker.endswith("…") and cell_width(worker) == 80, worker
+
+
+def test_on_a_narrow_terminal_the_done_line_breaks_before_the_tokens(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ref = "T-01m8yeth763v2k2q2rbed0stx6"
+    done = JobOutcome(
+        job=ref, lead=ref, ref=ref, status=Status.DONE, report="ok", workers=[], usage=Usage()
+    )
+    for columns, broken in (("80", True), ("200", False)):
+        monkeypatch.setenv("COLUMNS", columns)
+        buf = _Terminal()
+        render(done)(Printer(buf))
+        lines = [line.rstrip() for line in CSI.sub("", buf.getvalue()).splitlines()]
+        head = next(line for line in lines if line.startswith("done: "))
+        assert head.startswith(f"done: {ref}  (job {ref})")
+        assert ("tokens:" not in head) is broken, lines
+        if broken:
+            assert lines[lines.index(head) + 1].startswith("  tokens: 0 in, 0 out")
+        assert all(cell_width(line) <= int(columns) for line in lines), lines
