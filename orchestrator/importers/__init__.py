@@ -58,13 +58,19 @@ def detect_objects(objs: Iterable[dict[str, object]]) -> str | None:
 
 
 def parse(
-    path: Path, fmt: str = "auto", *, known: Mapping[str, list[int]] | None = None
+    path: Path,
+    fmt: str = "auto",
+    *,
+    known: Mapping[str, list[int]] | None = None,
+    named: Mapping[str, str | None] | None = None,
 ) -> tuple[list[Session], ImportReport]:
     """The sessions of ``path`` (a file, or the session files below a directory) and a report
     of what was skipped. ``fmt`` is ``claude-code``, ``codex`` or ``auto``. ``known`` maps a
     file's path to the [size, mtime_ns] it had when it was imported whole: such a file that has
     not changed since (nor any subagent file of its session) is not read again, and is listed
-    in ``report.unchanged`` (unless a changed session needs it to link across files)."""
+    in ``report.unchanged`` (unless a changed session needs it to link across files, or
+    ``named`` — path → the Codex thread name it was imported with — differs from the name
+    Codex's index gives it now: a rename)."""
     report = ImportReport()
     sessions: list[Session] = []
     held: list[tuple[Path, str]] = []
@@ -93,12 +99,26 @@ def parse(
         else:
             sessions += _PARSERS[kind].parse_file(path)
             report.files += 1
+    root = path if path.is_dir() else path.parent
+    if held and named is not None and any(kind == codex.FORMAT for _, kind in held):
+        names = codex.index_names(root)
+        renamed = [
+            (f, kind)
+            for f, kind in held
+            if kind == codex.FORMAT
+            and (name := names.get(codex.session_id(f))) is not None
+            and name != named.get(str(f))
+        ]
+        for f, kind in renamed:
+            sessions += _PARSERS[kind].parse_file(f)
+            report.files += 1
+        held = [h for h in held if h not in renamed]
     if claude_code.link(sessions) and held:  # a changed session goes on from an unchanged one
         for f, kind in held:
             sessions += _PARSERS[kind].parse_file(f)
         held = []
         claude_code.link(sessions)
-    codex.name_sessions(sessions, path if path.is_dir() else path.parent)
+    codex.name_sessions(sessions, root)
     report.unchanged = [str(x) for f, _ in held for x in _files_of(f)]
     report.skipped = sum(s.skipped for s in sessions)
     return sessions, report
@@ -125,18 +145,25 @@ async def import_sessions(
     store: Store, path: Path, *, fmt: str = "auto", title: str | None = None
 ) -> ImportReport:
     """Parse ``path`` and write its sessions (see the module docstring): files imported whole
-    before and unchanged since are not read again; their threads are reported unchanged."""
-    writer = Writer(store, title=title)
-    sessions, report = parse(path, fmt, known=await writer.unchanged_files())
-    report.threads = await writer.write([s for s in sessions if s.branches])
-    report.threads += await writer.threads_of(report.unchanged)
-    return report
+    before and unchanged since are not read again; their threads are reported unchanged.
+    One import at a time per database (``Store.exclusive``): what is stored is read, and what
+    is missing created, with no other import in between — two at once make each thread once."""
+    async with store.exclusive("import"):
+        writer = Writer(store, title=title)
+        # a title given is applied to what is stored too: every file is read then
+        known = await writer.unchanged_files() if title is None else None
+        named = await writer.names()
+        sessions, report = parse(path, fmt, known=known, named=named)
+        report.threads = await writer.write([s for s in sessions if s.branches])
+        report.threads += await writer.threads_of(report.unchanged)
+        return report
 
 
 async def write_sessions(
     store: Store, sessions: Iterable[Session], *, title: str | None = None
 ) -> list[Written]:
-    return await Writer(store, title=title).write([s for s in sessions if s.branches])
+    async with store.exclusive("import"):
+        return await Writer(store, title=title).write([s for s in sessions if s.branches])
 
 
 __all__ = [

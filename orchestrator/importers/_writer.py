@@ -13,7 +13,14 @@ again places each of its branches against the threads of that key:
   (at the last valid fork point), or a thread of its own when it shares nothing;
 - a branch whose messages are all stored already adds nothing.
 
-Transcripts stay append-only: nothing stored is ever changed. A session's usage rows go with
+Metadata follows the source: a thread's title is the session's (``imported.title``, with the
+thread's own ``imported.suffix``, `` (rewound branch)`` …) and is renamed when the session is,
+unless the title was given (``--title``) or is no longer the one the import wrote; a subagent
+imported before the session that spawned it (``imported.parent_key``) is hung under that
+session's thread when it comes (``Store.adopt``). The caller holds ``Store.exclusive("import")``
+around a whole import, so two imports at once never both create what neither found.
+
+Transcripts stay append-only: no message stored is ever changed. A session's usage rows go with
 their assistant messages in the same appends (one ``Store.append`` per usage row, issued
 together, so the store's group commit writes a thread's import in a transaction or two).
 """
@@ -102,7 +109,37 @@ class Writer:
         out: list[Written] = []
         for s in _ordered(sessions):
             out.extend(await self.write_session(s))
+        seen = {w.info.id for w in out}
+        for k in await self._adopt_orphans():
+            if k.info.id not in seen:
+                out.append(self._written(k, 0))
         return out
+
+    async def _adopt_orphans(self) -> list[_Known]:
+        """Hang each thread whose spawning session was missing when it was written under that
+        session's main thread, now that it is stored; the threads adopted."""
+        index = await self._known()
+        adopted = []
+        for known in index.values():
+            for k in known:
+                imp = ((k.info.task or {}).get("source") or {}).get("imported") or {}
+                parent_key = imp.get("parent_key")
+                if k.info.parent_id is not None or k.info.forked_from is not None:
+                    continue
+                if not isinstance(parent_key, str) or not index.get(parent_key):
+                    continue
+                parent = index[parent_key][0].info
+                if parent.id == k.info.id:
+                    continue
+                k.info = await self.store.adopt(k.info.id, parent.id)
+                if k.info.parent_id is not None:
+                    adopted.append(k)
+        if adopted:  # their jobs moved: forks and children of theirs are in another job now
+            for known in index.values():
+                for k in known:
+                    if k.info.job_id in {a.info.id for a in adopted} and k not in adopted:
+                        k.info = await self.store.get_thread(k.info.id)
+        return adopted
 
     async def write_session(self, s: Session) -> list[Written]:
         index = await self._known()
@@ -132,7 +169,7 @@ class Writer:
         ]
         best = max(matching, key=lambda k: k.head, default=None)
         if best is not None:
-            return await self._extend(s, best, branch, p, best.head)
+            return await self._extend(s, best, branch, p, best.head, main=n == 0)
         candidates = list(known)
         if not candidates and s.fork_parent_key is not None:
             candidates = list(index.get(s.fork_parent_key, []))
@@ -146,17 +183,17 @@ class Writer:
         if origin is not None and shared == total:  # every message of it is stored already
             return self._written(origin, 0) if origin in known else None
         if origin is not None and origin in known and shared == len(origin.prints or ()):
-            return await self._extend(s, origin, branch, p, shared)
+            return await self._extend(s, origin, branch, p, shared, main=n == 0)
         at = fork_point(branch.messages, shared) if origin is not None else 0
         if at == 0:
             return await self._create(s, n, branch, p, known, index)
         assert origin is not None
         label = branch.label or "fork"
-        title = f"{s.title} ({label})" if origin in known else s.title
-        info = await self.store.fork(origin.info.id, at=at, title=title)
+        suffix = f" ({label})" if origin in known else ""
+        info = await self.store.fork(origin.info.id, at=at, title=s.title + suffix)
         if origin not in known:
             label = branch.label
-        return await self._new(s, info, branch, p, at, known, label=label)
+        return await self._new(s, info, branch, p, at, known, label=label, suffix=suffix)
 
     async def _create(
         self,
@@ -170,11 +207,12 @@ class Writer:
         parent: ThreadInfo | None = None
         if s.parent_key is not None and index.get(s.parent_key):
             parent = index[s.parent_key][0].info
-        title = s.title
+        title, suffix = s.title, ""
         if n == 0 and self.title is not None and s.kind == Kind.LEAD:
             title = self.title
         if known:  # a branch sharing nothing with the main line: hang it under the main thread
-            title = f"{s.title} ({branch.label or 'branch'})"
+            suffix = f" ({branch.label or 'branch'})"
+            title = s.title + suffix
             parent = known[0].info
         info = await self.store.create_thread(
             kind=s.kind,
@@ -182,9 +220,9 @@ class Writer:
             parent_id=parent.id if parent else None,
             model=s.model,
             tools=_worker_tools() if s.kind == Kind.WORKER else (),
-            task={"source": self._source(s, branch.label, p, len(p.prints))},
+            task={"source": self._source(s, branch.label, p, len(p.prints), suffix=suffix)},
         )
-        return await self._new(s, info, branch, p, 0, known, label=branch.label)
+        return await self._new(s, info, branch, p, 0, known, label=branch.label, suffix=suffix)
 
     async def _new(
         self,
@@ -196,10 +234,11 @@ class Writer:
         known: list[_Known],
         *,
         label: str,
+        suffix: str,
     ) -> Written:
         k = _Known(info, at, None, p.prints[:at])
         known.append(k)
-        written = await self._extend(s, k, branch, p, at, label=label)
+        written = await self._extend(s, k, branch, p, at, label=label, suffix=suffix)
         written.created = True
         return written
 
@@ -212,18 +251,27 @@ class Writer:
         start: int,
         *,
         label: str | None = None,
+        suffix: str | None = None,
+        main: bool = False,
     ) -> Written:
         new = branch.messages[start:]
         total = len(p.prints)
         src = (k.info.task or {}).get("source") or {}
+        if not isinstance(src, dict):
+            src = {}
         if label is None:
-            label = str(src.get("branch", "")) if isinstance(src, dict) else ""
-        target = self._source(s, label, p, total)
-        if src != target:
+            label = str(src.get("branch", ""))
+        got = src.get("imported")
+        before: dict[str, Any] = got if isinstance(got, dict) else {}
+        kept = before.get("suffix")
+        end = suffix if suffix is not None else kept if isinstance(kept, str) else ""
+        target = self._source(s, label, p, total, suffix=end)
+        title = self._title(s, k.info, before, end, main=main)
+        if src != target or title is not None:
             # written before the messages: a crash in between leaves a head short of
             # ``imported.messages``, which the next import sees and compares message by message
             task = {**(k.info.task or {}), "source": target}
-            k.info = await self.store.update_thread(k.info.id, task=task)
+            k.info = await self.store.update_thread(k.info.id, task=task, title=title)
         if new:
             usage = {i - start: u for i, u in branch.usage.items() if i >= start}
             await self._append(k.info.id, new, usage)
@@ -242,14 +290,36 @@ class Writer:
             created=False,
         )
 
+    def _title(
+        self, s: Session, info: ThreadInfo, before: dict[str, Any], suffix: str, *, main: bool
+    ) -> str | None:
+        """The thread's new title, or None to keep it: the ``--title`` given for a main thread;
+        else the session's title (and the thread's suffix) when the session was renamed at
+        the source and the thread still has the title the last import gave it."""
+        if main and self.title is not None and s.kind == Kind.LEAD:
+            return self.title if info.title != self.title else None
+        old = before.get("title")
+        if not isinstance(old, str):
+            return None  # imported before titles were kept: whether it was given is unknown
+        wanted = s.title + suffix
+        return wanted if info.title == old + suffix and wanted != info.title else None
+
     @staticmethod
-    def _source(s: Session, label: str, p: _Prints, total: int) -> dict[str, Any]:
+    def _source(
+        s: Session, label: str, p: _Prints, total: int, *, suffix: str = ""
+    ) -> dict[str, Any]:
         src: dict[str, Any] = {**s.source, "key": s.key}
         if label:
             src["branch"] = label
-        src["imported"] = {"messages": total, "digest": p.prefix[total]}
+        imported: dict[str, Any] = {"messages": total, "digest": p.prefix[total]}
         if s.stat is not None:
-            src["imported"]["stat"] = s.stat
+            imported["stat"] = s.stat
+        imported["title"] = s.title
+        if suffix:
+            imported["suffix"] = suffix
+        if s.parent_key is not None:
+            imported["parent_key"] = s.parent_key
+        src["imported"] = imported
         return src
 
     async def unchanged_files(self) -> dict[str, list[int]]:
@@ -267,8 +337,23 @@ class Writer:
                 if k.digest is None or not isinstance(stat, list) or out.get(path, stat) != stat:
                     bad.add(path)
                     continue
+                if _orphan(k.info) and "parent_key" not in (src.get("imported") or {}):
+                    bad.add(path)  # imported before parent keys were kept: read to learn it
+                    continue
                 out[path] = stat
         return {p: s for p, s in out.items() if p not in bad}
+
+    async def names(self) -> dict[str, str | None]:
+        """path → the Codex thread name its threads were imported with (None: none), so a
+        thread renamed in Codex's index has its unchanged rollout read again."""
+        out: dict[str, str | None] = {}
+        for known in (await self._known()).values():
+            for k in known:
+                src = (k.info.task or {}).get("source") or {}
+                if isinstance(src.get("path"), str):
+                    name = src.get("thread_name")
+                    out[src["path"]] = name if isinstance(name, str) else None
+        return out
 
     async def threads_of(self, paths: Sequence[str]) -> list[Written]:
         """What is stored of the files at ``paths`` (skipped as unchanged), as unchanged rows."""
@@ -302,6 +387,10 @@ class Writer:
         for r in results:
             if isinstance(r, BaseException):
                 raise r
+
+
+def _orphan(info: ThreadInfo) -> bool:
+    return info.kind == Kind.WORKER and info.parent_id is None and info.forked_from is None
 
 
 def _worker_tools() -> list[str]:

@@ -33,7 +33,7 @@ from typing import Any
 from store import Kind, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock, Usage
 
 from ._draft import COMPACTION_MARK, Block, Branch, Builder, Session, usage_record
-from ._lines import JsonLines, first_text, iso_ms, placeholder, read_lines
+from ._lines import JsonLines, first_text, head_objects, iso_ms, placeholder, read_lines
 
 FORMAT = "codex"
 _KINDS = ("session_meta", "response_item", "event_msg", "turn_context", "compacted")
@@ -293,13 +293,7 @@ def name_sessions(sessions: list[Session], root: Path) -> None:
     """Title the sessions Codex has a name for in the ``session_index.jsonl`` at ``root`` or
     the nearest of its four parents that has one (``~/.codex`` itself, when importing
     ``~/.codex/sessions`` or a day's folder of it), unless the rollout renamed its thread."""
-    names: dict[str, str] = {}
-    for folder in [root, *root.parents][:5]:
-        if (folder / INDEX).is_file():
-            for o in read_lines(folder / INDEX).objects:
-                if isinstance(o.get("id"), str) and isinstance(o.get("thread_name"), str):
-                    names[o["id"]] = o["thread_name"]
-            break
+    names = index_names(root)
     for s in sessions:
         name = names.get(str(s.source.get("session_id")))
         if s.source.get("format") == FORMAT and name and not s.source.get("thread_name"):
@@ -309,6 +303,27 @@ def name_sessions(sessions: list[Session], root: Path) -> None:
                 if s.kind == Kind.WORKER and s.source.get("agent_nickname")
                 else name
             )
+
+
+def index_names(root: Path) -> dict[str, str]:
+    """Session id → thread name, from the ``session_index.jsonl`` ``name_sessions`` reads."""
+    names: dict[str, str] = {}
+    for folder in [root, *root.parents][:5]:
+        if (folder / INDEX).is_file():
+            for o in read_lines(folder / INDEX).objects:
+                if isinstance(o.get("id"), str) and isinstance(o.get("thread_name"), str):
+                    names[o["id"]] = o["thread_name"]
+            break
+    return names
+
+
+def session_id(path: Path) -> str:
+    """A rollout's session id, from its first line (the file's name without it)."""
+    for o in head_objects(path, 1):
+        p = o.get("payload")
+        if o.get("type") == "session_meta" and isinstance(p, dict) and isinstance(p.get("id"), str):
+            return str(p["id"])
+    return path.stem
 
 
 def _output(out: Any) -> tuple[str, bool]:
