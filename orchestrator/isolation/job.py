@@ -18,10 +18,17 @@ What is stored where:
 A worktree is created when its thread first runs, at the checkpoint in force at the thread's
 last message (the job base when there is none) — the same rule makes a fork start from its fork
 point's files and recreates a deleted worktree on resume.
+
+With ``[job] remote`` (``JobBase.remote``, workers on many hosts) the worktrees are made from
+this host's mirror of the remote instead of the lead's repository (``remote``): the worker's
+``worktree`` record keeps the lead's repository as ``root``, its ``workspace`` is where the host
+running it now put it; checkpoints and branches are pushed before they are recorded, and the
+lead's repository fetches them before ``diff``, ``merge`` and ``gc``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +39,7 @@ import structlog
 from store import Result, Status, Store, ThreadInfo
 
 from . import git
+from . import remote as rm
 from . import worktrees as wt
 
 log = structlog.get_logger("threadloom.isolation")
@@ -95,12 +103,14 @@ class Isolation:
         base: wt.JobBase,
         worktrees: Path,
         db: Path | None = None,
+        mirror: rm.Mirror | None = None,
     ) -> None:
         self.store = store
         self.excludes = wt.capture_excludes(base.root, db)
         self.job_id = job_id
         self.base = base
         self.worktrees = worktrees
+        self.mirror = mirror
         self._taken: set[str] = set()
 
     @classmethod
@@ -109,9 +119,17 @@ class Isolation:
     ) -> Isolation | None:
         """The isolation of the job ``lead`` runs, or None (``isolation = "none"``). ``db`` is
         the database file, never captured by a checkpoint when it lies inside the repository."""
-        base = await job_base(lead)
+        base = _stored_base(lead)
         if base is None:
             return None
+        if base.remote is not None:
+            # nothing of the lead's repository is touched: this host may not even have it
+            mirror = rm.Mirror(base.remote, rm.mirror_path(base.remote))
+            return cls(
+                store, job_id=lead.id, base=base, worktrees=mirror.path.joinpath(*WORKTREES_DIR),
+                db=db, mirror=mirror,
+            )  # fmt: skip
+        await base.trust()
         common = await git.common_dir(base.root)
         return cls(
             store, job_id=lead.id, base=base, worktrees=common.joinpath(*WORKTREES_DIR), db=db
@@ -121,7 +139,8 @@ class Isolation:
 
     async def _branch(self, wanted: str, fallback: str) -> str:
         name = wanted if wanted not in self._taken else fallback
-        name = await wt.free_branch(self.base.root, name, fallback)
+        if self.mirror is None:  # a remote job's names are new: its job's, or a fork's id
+            name = await wt.free_branch(self.base.root, name, fallback)
         self._taken.add(name)
         return name
 
@@ -158,6 +177,8 @@ class Isolation:
             info = await self.store.update_thread(
                 info.id, task={**(info.task or {}), **tree.task_fields()}
             )
+        if self.mirror is not None:
+            return await self._ensure_mirrored(info, tree, self.mirror)
         if not await wt.is_worktree(tree.root, tree.path):
             found = await self.store.checkpoints.at(info.id, info.head_seq)
             start = found[1] if found else tree.base
@@ -170,6 +191,42 @@ class Isolation:
                 at=found[0] if found else None,
             )
         return info, tree
+
+    async def _ensure_mirrored(
+        self, info: ThreadInfo, tree: WorkerTree, mirror: rm.Mirror
+    ) -> tuple[ThreadInfo, WorkerTree]:
+        """A remote job's worktree on this host: from the mirror, at the checkpoint in force
+        (fetched when the mirror lacks it). One found at another commit — this host ran the
+        thread before another host moved it on — is made again from the store's checkpoint."""
+        local = dataclasses.replace(tree, path=self.worktrees / info.id, root=mirror.path)
+        found = await self.store.checkpoints.at(info.id, info.head_seq)
+        start = found[1] if found else tree.base
+        await mirror.open()
+        if await wt.is_worktree(local.root, local.path):
+            if await wt.worktree_head(local.root, local.path) == start:
+                return await self._placed(info, local), local
+            log.info("worktree.stale", thread=info.ref, path=str(local.path), at=start)
+            await wt.remove_worktree(local.root, local.path)
+        await mirror.ensure_commit(start)
+        await wt.add_worktree(local.root, local.path, local.branch, start)
+        log.info(
+            "worktree.created",
+            thread=info.ref,
+            path=str(local.path),
+            branch=local.branch,
+            at=found[0] if found else None,
+            remote=mirror.shown,
+        )
+        return await self._placed(info, local), local
+
+    async def _placed(self, info: ThreadInfo, local: WorkerTree) -> ThreadInfo:
+        """The thread's ``workspace`` is where this host put its worktree (its tools run there)."""
+        task = info.task or {}
+        if task.get("workspace") == str(local.workspace):
+            return info
+        return await self.store.update_thread(
+            info.id, task={**task, "workspace": str(local.workspace)}
+        )
 
     async def checkpointer(
         self, info: ThreadInfo, tree: WorkerTree
@@ -184,6 +241,10 @@ class Isolation:
         async def after_tools(seq: int) -> None:
             commit = await cp(seq)
             if commit is not None:
+                if self.mirror is not None:  # on the remote before the store names it
+                    await self.mirror.push(
+                        self.job_id, branch=tree.branch, checkpoint=(info.id, seq)
+                    )
                 await self.store.checkpoints.record(info.id, seq, commit)
 
         return after_tools
@@ -194,6 +255,8 @@ class Isolation:
         """The result with the worker's branch and diff stat against the job base, stored."""
         if result is None:
             return None
+        if self.mirror is not None:  # the branch exists on the remote even with no checkpoint
+            await self.mirror.push(self.job_id, branch=tree.branch, checkpoint=None)
         tip = await git.resolve_commit(tree.root, f"refs/heads/{tree.branch}") or tree.base
         stat = await wt.diff_stat(tree.root, tree.base, tip)
         result = result.model_copy(update={"branch": tree.branch, "diff_stat": stat})
@@ -203,7 +266,19 @@ class Isolation:
 
 async def job_base(lead: ThreadInfo) -> wt.JobBase | None:
     """The base of the job ``lead`` runs (None without worktree isolation), its drivers
-    registered as the repository's trusted ones before any git of the job runs."""
+    registered as the repository's trusted ones before any git of the job runs. A remote job's
+    branches and checkpoints are fetched into the lead's repository first (``diff``, ``merge``
+    and ``gc`` work there)."""
+    base = _stored_base(lead)
+    if base is None:
+        return None
+    await base.trust()
+    if base.remote is not None:
+        await rm.fetch_job(base.root, base.remote, lead.id)
+    return base
+
+
+def _stored_base(lead: ThreadInfo) -> wt.JobBase | None:
     raw = (lead.task or {}).get("isolation")
     if not isinstance(raw, dict):
         return None
@@ -215,15 +290,22 @@ async def job_base(lead: ThreadInfo) -> wt.JobBase | None:
         head=raw.get("head"),
         dirty=bool(raw.get("dirty")),
         drivers={str(k): str(v) for k, v in drivers.items()} if isinstance(drivers, dict) else {},
+        remote=str(raw["remote"]) if raw.get("remote") else None,
     )
-    await base.trust()
     return base
 
 
-async def start_job(workspace: Path, *, db: Path | None = None) -> wt.JobBase:
+async def start_job(
+    workspace: Path, *, db: Path | None = None, remote: str | None = None
+) -> wt.JobBase:
     """Check the workspace and capture the job's base (before anything is stored); ``db``, the
-    database file, is left out of it (with ``.threadloom/`` and the job logs)."""
-    return await wt.prepare_job(workspace, db=db)
+    database file, is left out of it (with ``.threadloom/`` and the job logs). With ``remote``
+    the base is pushed there first (a remote that fails is exit 2, nothing stored)."""
+    base = await wt.prepare_job(workspace, db=db)
+    if remote is None:
+        return base
+    await rm.publish_base(base.root, base.base, remote)
+    return dataclasses.replace(base, remote=remote)
 
 
 async def record_job_base(base: wt.JobBase, job_id: str) -> None:
@@ -250,12 +332,14 @@ async def gc(store: Store, *, job_id: str | None = None, branches: bool = False)
     """Remove the worktrees of finished jobs (every thread done, failed or cancelled — an
     interrupted or running job keeps its worktrees, so it can be resumed as it was). Branches
     and checkpoint refs are kept unless ``branches``: a removed worktree is recreated from its
-    last checkpoint if its thread is resumed."""
+    last checkpoint if its thread is resumed. A remote job's worktrees are on its hosts, never
+    touched here; with ``branches`` its refs go from the lead's repository and the remote."""
     report = GcReport([], [], [])
     leads = [await store.get_thread(job_id)] if job_id else await store.list_threads(kind="lead")
     for lead in leads:
-        if await job_base(lead) is None:
+        if (base := await job_base(lead)) is None:
             continue
+        remote = base.remote
         threads = await store.job_tree(lead.id)
         busy = [t for t in threads if t.status not in FINISHED and t.status != Status.IDLE]
         for t in threads:
@@ -272,12 +356,14 @@ async def gc(store: Store, *, job_id: str | None = None, branches: bool = False)
                     }
                 )
                 continue
-            if await wt.remove_worktree(tree.root, tree.path):
+            if remote is None and await wt.remove_worktree(tree.root, tree.path):
                 report.removed.append({"ref": t.ref, "worktree": str(tree.path)})
             if branches:
-                report.deleted_refs += await wt.delete_private(
-                    tree.root, thread_id=t.id, branch=tree.branch
-                )
+                deleted = await wt.delete_private(tree.root, thread_id=t.id, branch=tree.branch)
+                if remote is not None:
+                    names = [rm.remote_names(lead.id, r) for r in deleted]
+                    await rm.delete_remote(tree.root, remote, names)
+                report.deleted_refs += deleted
         if branches and not busy:
             root = Path(lead.task["isolation"]["root"])  # type: ignore[index]
             report.deleted_refs += await wt.delete_private(root, thread_id=lead.id, branch=None)

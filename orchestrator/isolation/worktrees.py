@@ -123,9 +123,12 @@ class JobBase:
     drivers: dict[str, str] = field(default_factory=dict)
     """The repository's driver keys at the start of the job (``drivers_of``): the only filters,
     merge and diff drivers threadloom's git runs during the job."""
+    remote: str | None = None
+    """``[job] remote``: the repository the job's base, branches and checkpoints cross
+    machines through (``remote``); None for a job on one machine."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "root": str(self.root),
             "rel": self.rel,
             "base": self.base,
@@ -133,6 +136,9 @@ class JobBase:
             "dirty": self.dirty,
             "drivers": dict(self.drivers),
         }
+        if self.remote is not None:
+            out["remote"] = self.remote
+        return out
 
     async def trust(self) -> None:
         """Register ``drivers`` as the repository's trusted ones (a new process resuming,
