@@ -272,17 +272,18 @@ def run_fork(ctx: click.Context, ref: str, message: str | None, model: str | Non
 
 
 def _next_steps(outcome: JobOutcome) -> list[str]:
+    """What to try next, on a worker that can take it: the fork hint names #3 (after the first
+    tool call and its result), so it is offered only for a worker that finished its work; a
+    job whose workers all failed gets the resume hint alone."""
     if not outcome.workers:
         return []
-    w = outcome.workers[0].ref
-    return [
-        "",
-        "next:",
-        f"  threadloom tree {outcome.job}",
-        f"  threadloom show {w} --tools",
-        f'  threadloom fork {w}#3 "Try a different fix"',
-        f'  threadloom resume {w} "Also add a regression test"',
-    ]
+    done = [w for w in outcome.workers if w.status == "done"]
+    w = (done or outcome.workers)[0].ref
+    steps = ["", "next:", f"  threadloom tree {outcome.job}", f"  threadloom show {w} --tools"]
+    if done:
+        steps.append(f'  threadloom fork {w}#3 "Try a different fix"')
+    steps.append(f'  threadloom resume {w} "Also add a regression test"')
+    return steps
 
 
 def _check_spec(spec: str) -> None:

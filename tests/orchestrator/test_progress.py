@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from orchestrator.api import JobOutcome, WorkerSummary
-from orchestrator.cli._cmd_run import render
+from orchestrator.cli._cmd_run import _next_steps, render
 from orchestrator.cli._progress import Progress, tool_preview
 from orchestrator.cli._render import Printer, cell_width
 from store import Kind, NewMessage, Status, Store, Usage, format_ref, new_id
@@ -337,3 +337,27 @@ def test_on_a_narrow_terminal_the_done_line_breaks_before_the_tokens(
         if broken:
             assert lines[lines.index(head) + 1].startswith("  tokens: 0 in, 0 out")
         assert all(cell_width(line) <= int(columns) for line in lines), lines
+
+
+def test_the_fork_hint_names_a_worker_that_finished_and_none_when_all_failed() -> None:
+    def steps(*workers: WorkerSummary) -> list[str]:
+        return _next_steps(
+            JobOutcome(
+                job="T-lead",
+                lead="T-lead",
+                ref="T-lead",
+                status=Status.DONE,
+                report="",
+                workers=list(workers),
+                usage=Usage(),
+            )
+        )
+
+    failed = WorkerSummary("T-w1", "a", "failed", "model provider failed")
+    done = WorkerSummary("T-w2", "b", "done", "fixed")
+    mixed = steps(failed, done)
+    assert '  threadloom fork T-w2#3 "Try a different fix"' in mixed
+    assert "  threadloom show T-w2 --tools" in mixed and not any("T-w1" in s for s in mixed)
+    only_failed = steps(failed)
+    assert not any("fork" in s for s in only_failed)
+    assert '  threadloom resume T-w1 "Also add a regression test"' in only_failed
