@@ -21,7 +21,16 @@ from typing import Any, Literal
 
 import structlog
 
-from store import Kind, Status, Store, TextBlock, ThreadInfo, new_id
+from store import (
+    Kind,
+    Status,
+    StatusError,
+    Store,
+    TextBlock,
+    ThreadInfo,
+    finish_uncancelled,
+    new_id,
+)
 
 from .api import Orchestrator
 from .errors import EXIT_USAGE, OrchestratorError
@@ -70,6 +79,7 @@ class Background:
         self._job_of_task: dict[str, str] = {}
         self._runtimes: dict[str, JobRuntime] = {}
         self._leads_lock = asyncio.Lock()
+        self._cancelling: set[str] = set()
 
     @property
     def store(self) -> Store:
@@ -212,7 +222,7 @@ class Background:
         """Whether a thread is not running: a run of this process counts until its task has
         finished (a resumed thread still shows its old terminal status before it starts)."""
         task = self._tasks.get(info.id)
-        if task is not None and not task.done():
+        if (task is not None and not task.done()) or info.id in self._cancelling:
             return False
         return info.status not in _LIVE
 
@@ -254,27 +264,52 @@ class Background:
     # ------------------------------------------------------------------ cancelling
 
     async def cancel(self, ref: str) -> list[ThreadInfo]:
-        """Stop a thread run by this process (a lead: its whole job's runs here too). A running
-        thread is left ``interrupted`` (resumable, its in-flight tool calls answered); one that
-        had not started yet ``cancelled``. A thread another process runs is refused."""
+        """Stop a thread run by this process (a lead: its whole job's runs here too) and mark
+        it ``cancelled`` (SPEC: the status of a thread its user cancelled). A running thread is
+        stopped as a stop leaves it — every in-flight tool call answered with the interrupted
+        marker, its effect unknown — and then marked; one that had not started yet is marked
+        at once. Either stays resumable. A thread another process runs is refused. Waiters
+        see the thread ended only once it is marked."""
         info = (await self.store.resolve(ref)).thread
         targets = [info.id]
         if info.kind == Kind.LEAD:
             targets += [t for t, job in self._job_of_task.items() if job == info.id]
-        held = [self._tasks[t] for t in dict.fromkeys(targets) if t in self._tasks]
+        targets = list(dict.fromkeys(targets))
+        held = [self._tasks[t] for t in targets if t in self._tasks]
         if not held and info.status in _LIVE:
             raise BackgroundError(f"{info.ref} is run by another process; stop it there")
-        for task in held:
-            task.cancel()
-        if held:
-            await asyncio.wait(held)
-        out = []
-        for tid in dict.fromkeys(targets):
-            latest = await self.store.get_thread(tid)
-            if latest.status in (Status.IDLE, Status.QUEUED) and latest.kind != Kind.LEAD:
-                latest = await self.store.set_status(tid, Status.CANCELLED)
-            out.append(latest)
-        return out
+        # a job run here (``start_job``) runs its workers inside the lead's task: they stop with it
+        if info.kind == Kind.LEAD and info.id in self._tasks:
+            for t in await self.store.job_tree(info.id):
+                if t.status in _LIVE and t.id not in targets:
+                    targets.append(t.id)
+        self._cancelling.update(targets)
+        try:
+            for task in held:
+                task.cancel()
+            if held:
+                await asyncio.wait(held)
+            return [await finish_uncancelled(self._mark_cancelled(tid)) for tid in targets]
+        finally:
+            self._cancelling.difference_update(targets)
+
+    async def _mark_cancelled(self, thread_id: str) -> ThreadInfo:
+        latest = await self.store.get_thread(thread_id)
+        if latest.kind == Kind.LEAD and latest.status == Status.IDLE:
+            return latest  # an MCP client's lead: never run here, nothing to cancel
+        stopped = (Status.IDLE, Status.QUEUED, Status.INTERRUPTED)
+        if latest.status not in stopped:
+            return latest  # it ended on its own first, or another runner has it now
+        try:
+            latest = await self.store.set_status(
+                thread_id, Status.CANCELLED, error="cancelled", expect=stopped
+            )
+        except StatusError:
+            return await self.store.get_thread(thread_id)  # resumed meanwhile
+        if latest.kind == Kind.WORKER:
+            await self.store.dispatches.set_status(thread_id, str(Status.CANCELLED))
+        log.info("thread.cancelled", thread=latest.ref)
+        return latest
 
     async def aclose(self) -> None:
         """Stop every run still going (their threads are left ``interrupted``, resumable) and

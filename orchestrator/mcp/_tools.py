@@ -342,8 +342,8 @@ def register_tools(app: Threadloom) -> None:
 
     @server.tool(annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False))
     async def cancel(ref: Ref) -> CallToolResult:
-        """Stop a running thread (a job's ref: all of its runs). A running thread is left
-        interrupted (resumable with resume_thread); one not yet started, cancelled."""
+        """Stop a thread (a job's ref: all of its runs) and mark it cancelled; a tool call it
+        had under way is answered as interrupted. Resumable with resume_thread."""
         with refusals():
             stopped = await bg.cancel(ref)
             return answer({"cancelled": [{"ref": i.ref, "status": str(i.status)} for i in stopped]})
