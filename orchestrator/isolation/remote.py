@@ -6,7 +6,7 @@ machine reaches, and it carries everything git that crosses machines.
   repository or refuses the push is one line, exit 2, with nothing stored.
 - Each host that runs workers keeps a bare mirror of it (``Mirror``: ``<mirrors
   home>/<name>-<hash of the URL>.git``; the home is env ``THREADLOOM_MIRRORS``, else
-  ``.threadloom/mirrors`` under the directory the process started in). A worker's worktree is
+  ``.threadloom/mirrors`` under the process's working directory). A worker's worktree is
   made from the mirror, at the checkpoint in force (or the base), fetched by commit when the
   mirror lacks it — so a fork or a resume restores the files on whichever host runs it.
 - After each turn that changed files, the host pushes the worker's branch and the checkpoint
@@ -45,7 +45,6 @@ from .git import git, git_env
 log = structlog.get_logger("threadloom.remote")
 
 MIRRORS_ENV = "THREADLOOM_MIRRORS"
-_START_DIR = Path.cwd()
 
 _TRANSPORT_KEY = re.compile(
     r"credential\..*|core\.sshcommand|url\..+\.(insteadof|pushinsteadof)"
@@ -179,7 +178,7 @@ def remote_names(job_id: str, local: str) -> str:
 
 def mirrors_home() -> Path:
     given = os.environ.get(MIRRORS_ENV)
-    return Path(given).resolve() if given else _START_DIR / ".threadloom" / "mirrors"
+    return Path(given).resolve() if given else Path.cwd() / ".threadloom" / "mirrors"
 
 
 def mirror_path(url: str, home: Path | None = None) -> Path:

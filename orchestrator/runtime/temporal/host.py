@@ -6,6 +6,10 @@ every third of the heartbeat timeout. A retried attempt — the host that ran it
 the thread like any crashed one: the dead host's lease is taken over (at once when its process
 is known dead, else once it expires; until then the attempt is retried), orphaned tool calls are
 answered "interrupted", nothing is re-run. A late host cannot append (the store's lease guard).
+
+A worktree job with ``[job] remote`` makes its workers' worktrees from this host's mirror of
+the remote (``isolation.remote``: under env ``THREADLOOM_MIRRORS``, else ``.threadloom/mirrors``
+in the host's working directory) and pushes their branches and checkpoints back there.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from store import LeaseHeld, Status, Store, TextBlock
+from store import LeaseHeld, LeaseLost, Status, Store, TextBlock
 from workers import LoopConfig
 
+from ...isolation.remote import mirrors_home
 from ..job import JobRuntime, ModelFactory
 from ..threads import job_of
 from .executor import connect
@@ -79,10 +84,13 @@ class Host:
             try:
                 outcome = await rt.run(info, model_spec=args.model_spec, message=message)
             except LeaseHeld as held:
-                if attempt == 1:  # another runner owns it: reported, as a local run would
+                if attempt == 1 and held.owner is not None and not isinstance(held, LeaseLost):
+                    # another runner owns it: reported, as a local run would
                     return RunReport(HELD, str(held))
-                # the dead host's lease has not expired yet: try again shortly
-                raise ApplicationError(str(held), type="LeaseHeld") from None
+                # the dead host's lease has not expired yet, its row is still locked, or this
+                # attempt lost its lease midway (expired under load, or Temporal moved the run):
+                # try again shortly — the next attempt resumes the thread as after a crash
+                raise ApplicationError(str(held), type=type(held).__name__) from None
             except asyncio.CancelledError:
                 raise  # the loop left the thread interrupted, every tool call answered
             except Exception as exc:
@@ -133,7 +141,13 @@ async def serve(
     )
     try:
         async with worker:
-            log.info("temporal.worker_ready", address=address, task_queue=task_queue, slots=slots)
+            log.info(
+                "temporal.worker_ready",
+                address=address,
+                task_queue=task_queue,
+                slots=slots,
+                mirrors=str(mirrors_home()),  # where remote jobs' worktrees are made (remote)
+            )
             if ready is not None:
                 ready.set()
             await asyncio.Event().wait()
