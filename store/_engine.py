@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy import event, exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from ._rawwrite import QueueTimeout, RawWriter
 from ._schema import SCHEMA_HEAD as SCHEMA_HEAD  # defined where store._rawread reads it
 from .errors import DatabaseError, DatabaseFull, DatabaseUnavailable
 
@@ -235,7 +236,8 @@ class WriteQueue:
         self._fd: int | None = None
         self._unusable = False
 
-    def _file(self) -> int | None:
+    def file(self) -> int | None:
+        """The queue's file (its lock is the queue), None when it cannot be used."""
         if self._fd is None and not self._unusable:
             try:
                 self._fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
@@ -246,14 +248,12 @@ class WriteQueue:
     @contextlib.asynccontextmanager
     async def turn(self, *, where: str = "") -> AsyncIterator[None]:
         """Hold the head of the queue for one write transaction."""
-        fd = self._file()
+        fd = self.file()
         if fd is not None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                prefix = f"{where}: " if where else ""
-                what = f"{prefix}database is locked: another writer has held {self.path}"
-                await _wait_for_flock(fd, BUSY_TIMEOUT_MS / 1000, what=what)
+                await _wait_for_flock(fd, BUSY_TIMEOUT_MS / 1000, what=self.held_too_long(where))
             except OSError:  # no locks on this file system: SQLite's lock alone
                 self._unusable, fd = True, None
         try:
@@ -261,6 +261,11 @@ class WriteQueue:
         finally:
             if fd is not None:
                 fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def held_too_long(self, where: str, timeout: float | None = None) -> str:
+        prefix = f"{where}: " if where else ""
+        what = f"{prefix}database is locked: another writer has held {self.path}"
+        return what if timeout is None else f"{what} for {timeout:g} s"
 
     def close(self) -> None:
         if self._fd is not None:
@@ -325,22 +330,33 @@ class Database:
         self.path: Path | None = None
         self.raw: RawSqliteReader | None = None
         self.queue: WriteQueue | None = None
+        self.appender: RawWriter | None = None
         if self.dialect == "sqlite":
             self.path = _sqlite_path(self.url)
             if self.path is not None:
                 prepare_sqlite_file(self.path, create_dirs=create_dirs)
-            self.raw = RawSqliteReader(self.path) if self.path is not None else None
-            self.queue = WriteQueue(self.path) if self.path is not None else None
+                self.raw = RawSqliteReader(self.path)
+                self.queue = WriteQueue(self.path)
+                self.appender = _raw_writer(self.path, synchronous)
             self.writer = create_async_engine(self.url, pool_size=1, max_overflow=0)
             self.reader = create_async_engine(self.url, pool_size=4, max_overflow=4)
-            self._sqlite_hooks(self.writer, begin="BEGIN IMMEDIATE", synchronous=synchronous)
+            # with the raw writer, its checkpointer checkpoints for this connection too: SQLite's
+            # automatic one would run inside a commit, in the writer queue (store._rawwrite)
+            self._sqlite_hooks(
+                self.writer,
+                begin="BEGIN IMMEDIATE",
+                synchronous=synchronous,
+                autocheckpoint=self.appender is None,
+            )
             self._sqlite_hooks(self.reader, begin="BEGIN", synchronous=synchronous)
         else:
             self.writer = create_async_engine(self.url, pool_size=5, max_overflow=5)
             self.reader = self.writer
 
     @staticmethod
-    def _sqlite_hooks(engine: AsyncEngine, *, begin: str, synchronous: str) -> None:
+    def _sqlite_hooks(
+        engine: AsyncEngine, *, begin: str, synchronous: str, autocheckpoint: bool = True
+    ) -> None:
         @event.listens_for(engine.sync_engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
             # pysqlite's own transaction handling is switched off; ``_on_begin`` emits ours
@@ -350,6 +366,8 @@ class Database:
             cur.execute("PRAGMA journal_mode = WAL")
             cur.execute("PRAGMA foreign_keys = ON")
             cur.execute(f"PRAGMA synchronous = {synchronous}")
+            if not autocheckpoint:
+                cur.execute("PRAGMA wal_autocheckpoint = 0")
             cur.close()
 
         @event.listens_for(engine.sync_engine, "begin")
@@ -369,8 +387,37 @@ class Database:
                     # one writer per process is enforced in Store; across processes row locks
                     # (SELECT … FOR UPDATE) serialise writers of the same thread
                     pass
-                return await fn(conn)
+                result = await fn(conn)
         except (exc.SQLAlchemyError, OSError) as err:
+            raise translate(err, where=where) from err
+        if self.appender is not None:
+            self.appender.wrote()
+        return result
+
+    async def write_sqlite(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        *,
+        where: str = "",
+        rows: int = 1,
+        nbytes: int = 0,
+    ) -> T:
+        """``write`` on the raw ``sqlite3`` writer of a SQLite file (``appender``, see
+        ``store._rawwrite``): ``fn`` gets a ``sqlite3`` connection in ``BEGIN IMMEDIATE``, in
+        this process's turn of the writer queue like every other write. ``rows``, ``nbytes``:
+        about how much it writes (the writer's checkpoint schedule)."""
+        if self.appender is None:
+            raise DatabaseError(f"{where}: no raw sqlite3 writer on {self.display}")
+        fd = self.queue.file() if self.queue is not None else None
+        timeout = BUSY_TIMEOUT_MS / 1000
+        try:
+            return await self.appender.run(
+                fn, queue_fd=fd, queue_timeout_s=timeout, rows=rows, nbytes=nbytes
+            )
+        except QueueTimeout:
+            assert self.queue is not None
+            raise DatabaseError(self.queue.held_too_long(where, timeout)) from None
+        except (sqlite3.Error, OSError) as err:
             raise translate(err, where=where) from err
 
     def write_turn(self, where: str) -> contextlib.AbstractAsyncContextManager[None]:
@@ -418,11 +465,20 @@ class Database:
     async def dispose(self) -> None:
         if self.raw is not None:
             self.raw.close()
+        if self.appender is not None:
+            self.appender.close()
         await self.writer.dispose()
         if self.queue is not None:
             self.queue.close()
         if self.reader is not self.writer:
             await self.reader.dispose()
+
+
+def _raw_writer(path: Path, synchronous: str) -> RawWriter:
+    try:
+        return RawWriter(path, busy_timeout_ms=BUSY_TIMEOUT_MS, synchronous=synchronous)
+    except sqlite3.Error as err:
+        raise translate(err, where=f"opening {path}") from err
 
 
 def alembic_config() -> Any:

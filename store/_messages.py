@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -56,24 +57,38 @@ def messages_from_rows(rows: Iterable[Sequence[Any]]) -> list[Message]:
     return MESSAGES_ADAPTER.validate_json("[" + ",".join(parts) + "]")
 
 
+def encode(msgs: Sequence[NewMessage]) -> list[tuple[str, str]]:
+    """Each message's stored content (JSON text) and its full-text row's text."""
+    return [
+        (
+            json.dumps(
+                [b.model_dump(mode="json", exclude_none=True) for b in m.content],
+                ensure_ascii=False,
+                separators=(",", ":"),
+            ),
+            _search.searchable_text(m.content),
+        )
+        for m in msgs
+    ]
+
+
 def message_rows(
     thread_id: str, first_seq: int, msgs: Sequence[NewMessage], now: datetime
 ) -> tuple[list[dict[str, Any]], list[Message]]:
     """Rows for ``messages`` (with their search text under ``_text``) and the stored models."""
     rows: list[dict[str, Any]] = []
     out: list[Message] = []
-    for i, m in enumerate(msgs):
+    for i, (m, (content, text)) in enumerate(zip(msgs, encode(msgs), strict=True)):
         seq = first_seq + i
-        content = [b.model_dump(mode="json", exclude_none=True) for b in m.content]
         rows.append(
             {
                 "thread_id": thread_id,
                 "seq": seq,
                 "role": m.role,
-                "content": json.dumps(content, ensure_ascii=False, separators=(",", ":")),
+                "content": content,
                 "format": CONTENT_FORMAT,
                 "created_at": now,
-                "_text": _search.searchable_text(m.content),
+                "_text": text,
             }
         )
         out.append(
@@ -118,6 +133,33 @@ class PendingAppend:
     future: asyncio.Future[list[Message]]
     lease_owner: str | None = None
     files: Mapping[str, OutputFile] | None = None
+    encoded: list[tuple[str, str]] | None = None
+    """``encode(messages)``, done before the transaction (None: stored apart, see _outputs)."""
+
+
+def admit(
+    p: PendingAppend,
+    state: Mapping[str, tuple[int, tuple[str, ...]]],
+    leases: Mapping[str, tuple[str | None, bool]],
+) -> tuple[int, tuple[str, ...]] | StoreError:
+    """Whether ``p`` may be appended to its thread as it stands in this transaction (``state``:
+    head and pending tool_use ids; ``leases``: owner and whether unexpired): the head and the
+    pending ids after it, or the error refusing it alone."""
+    st = state.get(p.thread_id)
+    if st is None:
+        return ThreadNotFound(f"no thread {format_ref(p.thread_id)}")
+    head, pending = st
+    if p.lease_owner is not None and leases[p.thread_id] != (p.lease_owner, True):
+        holder = leases[p.thread_id][0]
+        return LeaseLost(
+            f"{format_ref(p.thread_id)}: {p.lease_owner} no longer holds the lease"
+            f" (held by {holder or 'nobody'}); nothing was appended",
+            holder,
+        )
+    try:
+        return head, check_append(pending, head, p.messages)
+    except InvariantError as err:
+        return InvariantError(f"{format_ref(p.thread_id)}: {err}")
 
 
 async def apply_appends(
@@ -141,26 +183,11 @@ async def apply_appends(
     usage_rows: list[dict[str, Any]] = []
     stored: list[Message] = []
     for p in batch:
-        st = state.get(p.thread_id)
-        if st is None:
-            outcomes.append(ThreadNotFound(f"no thread {format_ref(p.thread_id)}"))
+        admitted = admit(p, state, leases)
+        if isinstance(admitted, StoreError):
+            outcomes.append(admitted)
             continue
-        head, pending = st
-        if p.lease_owner is not None and leases[p.thread_id] != (p.lease_owner, True):
-            holder = leases[p.thread_id][0]
-            outcomes.append(
-                LeaseLost(
-                    f"{format_ref(p.thread_id)}: {p.lease_owner} no longer holds the lease"
-                    f" (held by {holder or 'nobody'}); nothing was appended",
-                    holder,
-                )
-            )
-            continue
-        try:
-            new_pending = check_append(pending, head, p.messages)
-        except InvariantError as err:
-            outcomes.append(InvariantError(f"{format_ref(p.thread_id)}: {err}"))
-            continue
+        head, new_pending = admitted
         msgs = p.messages
         if _outputs.needs_apart(msgs, p.files):
             try:
@@ -197,4 +224,97 @@ async def apply_appends(
         )
     if usage_rows:
         await conn.execute(usage.insert(), usage_rows)
+    return outcomes
+
+
+_RAW_INSERT_MESSAGE = (
+    "INSERT INTO messages (thread_id, seq, role, content, format, created_at)"
+    " VALUES (?, ?, ?, ?, ?, ?)"
+)
+_RAW_INSERT_TEXT = "INSERT INTO messages_fts (text, thread_id, seq) VALUES (?, ?, ?)"
+_RAW_UPDATE_HEAD = (
+    "UPDATE threads SET head_seq = ?, pending_tool_ids = ?, version = version + 1,"
+    " updated_at = ? WHERE id = ?"
+)
+_RAW_INSERT_USAGE = (
+    "INSERT INTO usage (thread_id, seq, model, input_tokens, output_tokens,"
+    " cache_read_input_tokens, cache_creation_input_tokens, cost_usd, created_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def sqlite_time(when: datetime) -> str:
+    """A UTC datetime as SQLAlchemy stores it in SQLite (naive UTC text), so both paths write
+    the same text and compare alike."""
+    return f"{when:%Y-%m-%d %H:%M:%S.%f}"
+
+
+def apply_appends_sqlite(
+    conn: sqlite3.Connection, batch: list[PendingAppend]
+) -> list[list[Message] | StoreError]:
+    """``apply_appends`` on a raw ``sqlite3`` connection already in a ``BEGIN IMMEDIATE``
+    transaction, for appends whose messages were encoded beforehand (nothing stored apart): the
+    same checks in the same transaction, the same rows (one ``executemany`` per table)."""
+    ids = sorted({p.thread_id for p in batch})
+    now = utcnow()
+    stamp = sqlite_time(now)
+    found = conn.execute(
+        "SELECT id, head_seq, pending_tool_ids, lease_owner, COALESCE(lease_expires_at > ?, 0)"
+        f" FROM threads WHERE id IN ({', '.join('?' * len(ids))})",
+        (stamp, *ids),
+    ).fetchall()
+    state = {r[0]: (int(r[1]), tuple(json.loads(r[2]) or ())) for r in found}
+    leases = {r[0]: (r[3], bool(r[4])) for r in found}
+    outcomes: list[list[Message] | StoreError] = []
+    msg_rows: list[tuple[Any, ...]] = []
+    text_rows: list[tuple[str, str, int]] = []
+    usage_rows: list[tuple[Any, ...]] = []
+    for p in batch:
+        admitted = admit(p, state, leases)
+        if isinstance(admitted, StoreError):
+            outcomes.append(admitted)
+            continue
+        head, new_pending = admitted
+        encoded = p.encoded if p.encoded is not None else encode(p.messages)
+        tid = p.thread_id
+        out = []
+        for i, (m, (content, text)) in enumerate(zip(p.messages, encoded, strict=True)):
+            seq = head + 1 + i
+            msg_rows.append((tid, seq, m.role, content, CONTENT_FORMAT, stamp))
+            text_rows.append((text, tid, seq))
+            out.append(
+                Message.model_construct(
+                    thread_id=tid, seq=seq, role=m.role, content=list(m.content), created_at=now
+                )
+            )
+        if p.usage is not None:
+            last_assistant = next(
+                (x.seq for x in reversed(out) if x.role == "assistant"), out[-1].seq
+            )
+            u = p.usage.usage
+            usage_rows.append(
+                (
+                    tid,
+                    last_assistant,
+                    p.usage.model,
+                    u.input_tokens,
+                    u.output_tokens,
+                    u.cache_read_input_tokens,
+                    u.cache_creation_input_tokens,
+                    p.usage.cost_usd,
+                    stamp,
+                )
+            )
+        state[tid] = (head + len(p.messages), new_pending)
+        outcomes.append(out)
+    if msg_rows:
+        conn.executemany(_RAW_INSERT_MESSAGE, msg_rows)
+        conn.executemany(_RAW_INSERT_TEXT, text_rows)
+        touched = sorted({r[0] for r in msg_rows})
+        conn.executemany(
+            _RAW_UPDATE_HEAD,
+            [(state[t][0], json.dumps(list(state[t][1])), stamp, t) for t in touched],
+        )
+    if usage_rows:
+        conn.executemany(_RAW_INSERT_USAGE, usage_rows)
     return outcomes

@@ -16,8 +16,9 @@ from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from . import _outputs
 from ._engine import Database, finish_uncancelled
-from ._messages import PendingAppend, apply_appends
+from ._messages import PendingAppend, apply_appends, apply_appends_sqlite, encode
 from ._outputs import OutputFile
 from .models import Message, NewMessage, UsageRecord
 
@@ -58,6 +59,8 @@ class Writer:
         item = PendingAppend(
             thread_id, msgs, usage, loop.create_future(), lease_owner, output_files
         )
+        if self.db.appender is not None and not _outputs.needs_apart(msgs, output_files):
+            item.encoded = encode(msgs)  # while the transaction before it runs
         item.future.add_done_callback(_consume)
         self._pending.append(item)
         try:
@@ -72,10 +75,18 @@ class Writer:
         return item.future.result()
 
     async def _commit(self, batch: list[PendingAppend]) -> None:
+        where = "appending messages"
         try:
-            outcomes = await self.db.write(
-                lambda c: apply_appends(c, batch), where="appending messages"
-            )
+            if all(p.encoded is not None for p in batch):
+                encoded = [e for p in batch for e in p.encoded or ()]
+                outcomes = await self.db.write_sqlite(
+                    lambda c: apply_appends_sqlite(c, batch),
+                    where=where,
+                    rows=len(encoded),
+                    nbytes=sum(len(c) + len(t) for c, t in encoded),
+                )
+            else:  # PostgreSQL, or outputs stored apart (streamed through the ORM connection)
+                outcomes = await self.db.write(lambda c: apply_appends(c, batch), where=where)
         except Exception as err:  # the whole transaction failed: every caller hears why
             for p in batch:
                 if not p.future.done():

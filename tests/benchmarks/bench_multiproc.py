@@ -32,7 +32,11 @@ migrated database:
   the thread's head, ``COMMIT`` per message, with the store's PRAGMAs (busy_timeout 30 s);
 - ``store_1`` / ``store_N``: ``Store.append`` of one message per call, each awaited;
 - ``unqueued_N``: the same with the store's writer queue (``store._engine.WriteQueue``) switched
-  off, i.e. SQLite's busy handler alone, as before the queue.
+  off, i.e. SQLite's busy handler alone, as before the queue;
+- ``orm_1`` / ``orm_N``: the store with its appends through SQLAlchemy as before the raw
+  ``sqlite3`` writer (``store._rawwrite``): the queue taken on the event loop, held until the
+  loop has heard of the commit, and SQLite's automatic checkpoint inside the commit that
+  crosses its threshold — with every process waiting behind it in the queue.
 """
 
 from __future__ import annotations
@@ -146,10 +150,25 @@ def _unqueued_child(path: str, n: int, seed: int, barrier: Barrier, out: Any) ->
 
     off = lambda self, where: contextlib.nullcontext()  # noqa: E731
     _engine.Database.write_turn = off  # type: ignore[method-assign]
+    _engine.WriteQueue.file = lambda self: None  # type: ignore[method-assign]
     _store_child(path, n, seed, barrier, out)
 
 
-CHILDREN = {"raw_sqlite3": _raw_child, "store": _store_child, "unqueued": _unqueued_child}
+def _orm_child(path: str, n: int, seed: int, barrier: Barrier, out: Any) -> None:
+    """The store with appends through SQLAlchemy (aiosqlite, the writer queue taken on the
+    event loop, SQLite's automatic checkpoints), as before the raw sqlite3 writer."""
+    from store import _engine
+
+    _engine._raw_writer = lambda path, synchronous: None  # type: ignore[assignment,return-value]
+    _store_child(path, n, seed, barrier, out)
+
+
+CHILDREN = {
+    "raw_sqlite3": _raw_child,
+    "store": _store_child,
+    "unqueued": _unqueued_child,
+    "orm": _orm_child,
+}
 
 
 def run_variant(kind: str, path: Path, processes: int, n: int) -> dict[str, Any]:
@@ -200,6 +219,8 @@ async def main(*, processes: int, per_process: int, rounds: int) -> dict[str, An
         names = [f"{k}_{p}" for p in (1, processes) for k in ("raw_sqlite3", "store")]
         if hasattr(_engine.Database, "write_turn"):  # the same run without the queue, to compare
             names.append(f"unqueued_{processes}")
+        if hasattr(_engine, "_raw_writer"):  # and with appends through SQLAlchemy, as before
+            names += ["orm_1", f"orm_{processes}"]
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
         for r in range(rounds):
             for name in names:  # round robin: the machine's drift weighs on every variant
@@ -243,6 +264,19 @@ async def main(*, processes: int, per_process: int, rounds: int) -> dict[str, An
             "ratio_unqueued_max_to_fair_bound": (
                 round(fig[f"unqueued_{many}"]["max_ms_worst_round"] / store_bound, 2)
                 if f"unqueued_{many}" in fig
+                else None
+            ),
+            "ratio_orm_max_to_fair_bound": (
+                round(
+                    fig[f"orm_{many}"]["max_ms_worst_round"] / (processes * fig["orm_1"]["p99_ms"]),
+                    2,
+                )
+                if f"orm_{many}" in fig
+                else None
+            ),
+            f"ratio_store_{many}_to_orm_{many}_rate": (
+                round(store_n["per_s"] / fig[f"orm_{many}"]["per_s"], 2)
+                if f"orm_{many}" in fig
                 else None
             ),
             f"ratio_store_{many}_to_store_1_rate": ratio_scaling,

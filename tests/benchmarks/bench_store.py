@@ -48,6 +48,8 @@ from store import (
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
+    Usage,
+    UsageRecord,
 )
 from store._search import searchable_text
 from store._tables import messages as messages_table
@@ -286,6 +288,143 @@ async def bench_naive_async(path: Path, per_writer: int) -> dict[str, Any]:
     return {"messages": n, "seconds": round(elapsed, 3), "per_s": round(n / elapsed, 1)}
 
 
+def _turns(rng: random.Random, n: int) -> list[tuple[NewMessage, NewMessage]]:
+    """``n`` worker turns: (assistant text + tool_use, user tool_result)."""
+    msgs = conversation(rng, 2 * n + 1)[1:]
+    return [(msgs[i], msgs[i + 1]) for i in range(0, 2 * n, 2)]
+
+
+SERIAL_USAGE = UsageRecord(
+    model="m", usage=Usage(input_tokens=1200, output_tokens=80), cost_usd=0.001
+)
+
+
+async def bench_store_serial(path: Path, turns: int, *, orm: bool = False) -> dict[str, Any]:
+    """One worker's turns as the loop stores them: each append awaited before the next (the
+    assistant message with its usage, then the tool results), nothing to group-commit with.
+    ``orm``: appends through SQLAlchemy, as before the raw sqlite3 writer."""
+    from store import _engine
+
+    raw_writer = _engine._raw_writer
+    if orm:
+        _engine._raw_writer = lambda path, synchronous: None  # type: ignore[assignment,return-value]
+    try:
+        store = await Store.open(str(path))
+    finally:
+        _engine._raw_writer = raw_writer
+    try:
+        tid = (await store.create_thread(kind="worker", messages=[NewMessage.user("go")])).id
+        work = _turns(random.Random(2), turns)
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        for reply, results in work:
+            await store.append(tid, reply, usage=SERIAL_USAGE)
+            await store.append(tid, results)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    finally:
+        await store.close()
+    n = 2 * turns
+    return {
+        "appends": n,
+        "us_per_append": round(wall / n * 1e6, 1),
+        "cpu_us_per_append": round(cpu / n * 1e6, 1),
+    }
+
+
+def bench_raw_serial(path: Path, turns: int) -> dict[str, Any]:
+    """The same rows with raw ``sqlite3``, one transaction per append: BEGIN IMMEDIATE, the
+    message, its full-text row, the thread's head (and the usage row), COMMIT."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    for pragma in ("journal_mode = WAL", "synchronous = FULL", "busy_timeout = 30000"):
+        conn.execute(f"PRAGMA {pragma}")
+    tid = "rawserial".ljust(26, "0")
+    now = dt.datetime.now(dt.UTC).isoformat(" ")
+    conn.execute(
+        "INSERT INTO threads (id, kind, title, status, job_id, tools, version, head_seq,"
+        " pending_tool_ids, created_at, updated_at)"
+        " VALUES (?, 'worker', '', 'idle', ?, '[]', 1, 0, '[]', ?, ?)",
+        (tid, tid, now, now),
+    )
+    work = _turns(random.Random(2), turns)
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    seq = 0
+    for pair in work:
+        for m in pair:
+            seq += 1
+            content = json.dumps(
+                [b.model_dump(mode="json", exclude_none=True) for b in m.content],
+                separators=(",", ":"),
+            )
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(
+                "INSERT INTO messages (thread_id, seq, role, content, format, created_at)"
+                " VALUES (?, ?, ?, ?, 1, ?)",
+                (tid, seq, m.role, content, now),
+            )
+            conn.execute(
+                "INSERT INTO messages_fts (text, thread_id, seq) VALUES (?, ?, ?)",
+                (searchable_text(m.content), tid, seq),
+            )
+            conn.execute("UPDATE threads SET head_seq = ? WHERE id = ?", (seq, tid))
+            if m.role == "assistant":
+                conn.execute(
+                    "INSERT INTO usage (thread_id, seq, model, input_tokens, output_tokens,"
+                    " cache_read_input_tokens, cache_creation_input_tokens, cost_usd,"
+                    " created_at) VALUES (?, ?, 'm', 1200, 80, 0, 0, 0.001, ?)",
+                    (tid, seq, now),
+                )
+            conn.execute("COMMIT")
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    conn.close()
+    n = 2 * turns
+    return {
+        "appends": n,
+        "us_per_append": round(wall / n * 1e6, 1),
+        "cpu_us_per_append": round(cpu / n * 1e6, 1),
+    }
+
+
+async def bench_serial(workdir: Path, template: Path, turns: int, rounds: int) -> dict[str, Any]:
+    """The cost of one awaited append (a worker's turn is two), against raw sqlite3 writing
+    the same rows, interleaved in rounds; medians. ``cpu`` is the process's CPU time (its
+    threads included): the overhead apart from the fdatasync both wait for."""
+    store_runs, orm_runs, raw_runs = [], [], []
+    for r in range(rounds):
+        log(f"serial append round {r + 1}/{rounds}: store, store via SQLAlchemy, raw sqlite3…")
+        store_runs.append(
+            await bench_store_serial(fresh_copy(template, workdir / f"s{r}.db"), turns)
+        )
+        orm_runs.append(
+            await bench_store_serial(fresh_copy(template, workdir / f"o{r}.db"), turns, orm=True)
+        )
+        raw_runs.append(bench_raw_serial(fresh_copy(template, workdir / f"r{r}.db"), turns))
+
+    def med(runs: list[dict[str, Any]]) -> dict[str, float]:
+        keys = ("us_per_append", "cpu_us_per_append")
+        return {k: round(statistics.median(x[k] for x in runs), 1) for k in keys}
+
+    ours, orm, raw = med(store_runs), med(orm_runs), med(raw_runs)
+    ratio = round(ours["us_per_append"] / raw["us_per_append"], 2)
+    return {
+        "appends_per_round": 2 * turns,
+        "rounds": rounds,
+        "store": {**ours, "us_each_round": [x["us_per_append"] for x in store_runs]},
+        "store_via_sqlalchemy": {**orm, "us_each_round": [x["us_per_append"] for x in orm_runs]},
+        "raw_sqlite3": {**raw, "us_each_round": [x["us_per_append"] for x in raw_runs]},
+        "ratio_store_to_raw_wall": ratio,
+        "ratio_store_to_raw_cpu": round(ours["cpu_us_per_append"] / raw["cpu_us_per_append"], 2),
+        "ratio_store_via_sqlalchemy_to_raw_wall": round(
+            orm["us_per_append"] / raw["us_per_append"], 2
+        ),
+        "ratio_store_via_sqlalchemy_to_raw_cpu": round(
+            orm["cpu_us_per_append"] / raw["cpu_us_per_append"], 2
+        ),
+        "baseline": "raw_sqlite3: BEGIN IMMEDIATE, message, full-text row, head update (and "
+        "the usage row), COMMIT per append, WAL + synchronous=FULL",
+        "goal": "ratio_store_to_raw_wall <= 1.5 (an awaited append as cheap as raw sqlite3)",
+        "meets_goal": ratio <= 1.5,
+    }
+
+
 def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The round with the median rate, plus every round's rate."""
     ordered = sorted(runs, key=lambda r: r["per_s"])
@@ -502,7 +641,7 @@ async def bench_search(store: Store, big: str, total: int, runs: int) -> dict[st
 # ----------------------------------------------------------------- main
 
 
-async def main(quick: bool) -> dict[str, Any]:
+async def main(quick: bool, *, append_only: bool = False) -> dict[str, Any]:
     started = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="tl-bench-"))
     try:
@@ -523,6 +662,11 @@ async def main(quick: bool) -> dict[str, Any]:
         result["append"] = await bench_appends(
             workdir, template, 10 if quick else 40, rounds=1 if quick else 3
         )
+        result["append_serial"] = await bench_serial(
+            workdir, template, 50 if quick else 300, rounds=1 if quick else 3
+        )
+        if append_only:
+            return result
 
         sizes = [10, 1_000, 5_000] if quick else [10, 10_000, 100_000]
         path = fresh_copy(template, workdir / "big.db")
@@ -563,5 +707,6 @@ async def main(quick: bool) -> dict[str, Any]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, to check it runs")
+    parser.add_argument("--append-only", action="store_true", help="the append figures alone")
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(main(args.quick)), indent=2))
+    print(json.dumps(asyncio.run(main(args.quick, append_only=args.append_only)), indent=2))

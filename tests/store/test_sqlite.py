@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from store import DatabaseError, DatabaseUnavailable, Store
+from store import DatabaseError, DatabaseUnavailable, Status, Store
 
 from .helpers import assistant, user
 
@@ -147,9 +147,11 @@ def _insert_thread_sql(tid: str) -> str:
     )
 
 
+@pytest.mark.parametrize("write", ["append", "status"])
 async def test_a_deferred_read_then_write_fails_at_once_but_the_store_waits_for_the_lock(
-    tmp_path: Path,
+    tmp_path: Path, write: str
 ) -> None:
+    """``append``: the raw sqlite3 writer of appends; ``status``: the ORM's writer connection."""
     path = tmp_path / "t.db"
     store = await Store.open(str(path))
     t = await store.create_thread(kind="lead", messages=[user("x")])
@@ -170,23 +172,37 @@ async def test_a_deferred_read_then_write_fails_at_once_but_the_store_waits_for_
     a.close()
 
     # 2. the same scenario through the store: its write transaction starts with BEGIN IMMEDIATE,
-    #    so it waits for B's lock (busy timeout) and then succeeds
+    #    so it waits for B's lock (busy timeout) and then succeeds. Appends run on the raw
+    #    sqlite3 writer (store._rawwrite), whose connection reports each statement it starts
     loop = asyncio.get_running_loop()
     begun = asyncio.Event()
 
-    @event.listens_for(store.db.writer.sync_engine, "before_cursor_execute")
-    def _seen(_c: Any, _cur: Any, statement: str, *_args: Any) -> None:
+    def _seen(statement: str) -> None:
         if statement == "BEGIN IMMEDIATE":
             loop.call_soon_threadsafe(begun.set)
 
-    append = asyncio.create_task(store.append(t.id, assistant("after B")))
+    if write == "append":
+        assert store.db.appender is not None
+        store.db.appender.conn.set_trace_callback(_seen)
+        task: asyncio.Task[Any] = asyncio.create_task(store.append(t.id, assistant("after B")))
+    else:
+
+        @event.listens_for(store.db.writer.sync_engine, "before_cursor_execute")
+        def _on_sql(_c: Any, _cur: Any, statement: str, *_args: Any) -> None:
+            _seen(statement)
+
+        task = asyncio.create_task(store.set_status(t.id, Status.QUEUED))
     await begun.wait()
-    done, _ = await asyncio.wait({append}, timeout=0.3)  # B still holds the lock: it waits
+    done, _ = await asyncio.wait({task}, timeout=0.3)  # B still holds the lock: it waits
     assert not done
     b.execute("COMMIT")
     b.close()
-    stored = await append
-    assert stored[0].seq == 2
+    await task
+    info = await store.get_thread(t.id)
+    if write == "append":
+        assert info.head_seq == 2
+    else:
+        assert info.status == Status.QUEUED
     assert (await store.resolve("T-" + "b" * 26)).thread.id == "b" * 26
     await store.close()
 
