@@ -1,8 +1,15 @@
 """The lead's side of a Temporal job: each worker run becomes a ``ThreadWorkflow`` on the job's
-task queue, started with the thread's workflow id (``USE_EXISTING``: a lead resumed after a
-crash attaches to the runs its predecessor started instead of starting them twice), waited for,
-and read back from the store. Cancelling the wait (Ctrl-C, ``cancel``) cancels the workflow and
-waits for the host to end the thread interrupted, every tool call answered.
+task queue with the id of its thread and run (``workflow_id(thread, run_no)``), waited for, and
+read back from the store.
+
+Runs are numbered 1, 2, 3 … per thread, and Temporal keeps the record of which exist: starting a
+run tries ids from run 1 up (``REJECT_DUPLICATE``: an id is used once) and stops at the first
+that is free (a new run) or still open. An open run is the thread's current one: a lead resumed
+after a crash attaches to it (a replayed ``dispatch``) instead of starting it twice; a run that
+carries a message — a resume — is refused while another is open (``LeaseHeld``, owner ``None``:
+exit 2 from the command line, nothing appended; SPEC: one runner at a time per thread), since an
+attached run would never see the message. Cancelling the wait (Ctrl-C, ``cancel``) cancels the
+workflow and waits for the host to end the thread interrupted, every tool call answered.
 """
 
 from __future__ import annotations
@@ -13,8 +20,14 @@ import os
 from typing import TYPE_CHECKING
 
 import structlog
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from store import LeaseHeld
 
@@ -71,21 +84,7 @@ class TemporalExecutor:
         message: str | None = None,
     ) -> RunOutcome:
         client = await self.client()
-        args = RunArgs(
-            thread_id=info.id,
-            heartbeat_timeout_s=self.job.heartbeat_timeout_s,
-            message=message,
-            model_spec=model_spec,
-        )
-        handle = await client.start_workflow(
-            ThreadWorkflow.run,
-            args,
-            id=workflow_id(info.id),
-            task_queue=self.job.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-        )
-        log.info("temporal.started", thread=info.ref, run_id=handle.result_run_id)
+        handle = await self._start(client, info, model_spec=model_spec, message=message)
         try:
             report = await handle.result()
         except asyncio.CancelledError:
@@ -98,6 +97,53 @@ class TemporalExecutor:
         if report.status == HELD:
             raise LeaseHeld(report.error or f"{info.ref} is being run elsewhere", None)
         return await rt.stored_outcome(info, report.error)
+
+    async def _start(
+        self,
+        client: Client,
+        info: ThreadInfo,
+        *,
+        model_spec: str | None,
+        message: str | None,
+    ) -> WorkflowHandle[ThreadWorkflow, RunReport]:
+        """The thread's open run (attached), or its next run (started); see the module."""
+        run_no = 1
+        while True:
+            wid = workflow_id(info.id, run_no)
+            args = RunArgs(
+                thread_id=info.id,
+                run_no=run_no,
+                heartbeat_timeout_s=self.job.heartbeat_timeout_s,
+                message=message,
+                model_spec=model_spec,
+            )
+            try:
+                handle = await client.start_workflow(
+                    ThreadWorkflow.run,
+                    args,
+                    id=wid,
+                    task_queue=self.job.task_queue,
+                    id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                )
+            except WorkflowAlreadyStartedError:
+                existing: WorkflowHandle[ThreadWorkflow, RunReport] = client.get_workflow_handle(
+                    wid, result_type=RunReport
+                )
+                if (await existing.describe()).status != WorkflowExecutionStatus.RUNNING:
+                    run_no += 1  # that run has ended: the next one may be this
+                    continue
+                if message is not None:
+                    raise LeaseHeld(
+                        f"{info.ref} is running on a worker host (run {run_no}, Temporal"
+                        f" workflow {wid}); wait for it to end or cancel it — the message"
+                        " was not appended",
+                        None,
+                    ) from None
+                log.info("temporal.reattached", thread=info.ref, run=run_no, workflow=wid)
+                return existing
+            log.info("temporal.started", thread=info.ref, run=run_no, workflow=wid)
+            return handle
 
     async def aclose(self) -> None:
         self._client = None  # the SDK's client holds no resources that need closing

@@ -25,15 +25,17 @@ HELD = "held"
 """A report's status when the first attempt found another runner holding the thread."""
 
 
-def workflow_id(thread_id: str) -> str:
-    """One workflow id per thread: starting it again while a run is open attaches to that run
-    (a lead resumed after a crash reattaches), a closed one may be followed by the next run."""
-    return f"threadloom-{thread_id}"
+def workflow_id(thread_id: str, run_no: int) -> str:
+    """One workflow id per thread and run, used once (the executor starts runs with
+    ``REJECT_DUPLICATE``): starting run ``n`` again attaches to it or finds it ended, never
+    runs it twice."""
+    return f"threadloom-{thread_id}-{run_no}"
 
 
 @dataclass(frozen=True)
 class RunArgs:
     thread_id: str
+    run_no: int = 1
     heartbeat_timeout_s: float = 30.0
     message: str | None = None
     model_spec: str | None = None
