@@ -252,7 +252,9 @@ class Isolation:
     async def finish(
         self, info: ThreadInfo, tree: WorkerTree, result: Result | None
     ) -> Result | None:
-        """The result with the worker's branch and diff stat against the job base, stored."""
+        """The result with the worker's branch and diff stat against the job base, stored.
+        A remote job's worker leaves no worktree on its host: everything is on the remote, and
+        a resume or fork makes one again from its checkpoint, on whichever host runs it."""
         if result is None:
             return None
         if self.mirror is not None:  # the branch exists on the remote even with no checkpoint
@@ -261,6 +263,8 @@ class Isolation:
         stat = await wt.diff_stat(tree.root, tree.base, tip)
         result = result.model_copy(update={"branch": tree.branch, "diff_stat": stat})
         await self.store.set_result(info.id, result)
+        if self.mirror is not None and await wt.remove_worktree(tree.root, tree.path):
+            log.info("worktree.removed", thread=info.ref, path=str(tree.path))
         return result
 
 

@@ -104,8 +104,10 @@ async def test_base_branches_and_checkpoints_land_in_the_remote_and_diff_merge_s
         assert cps
         for seq, commit in cps:
             assert there[rm.remote_checkpoint_ref(job, w.id, seq)] == commit
-        # the worker worked in a worktree of this host's mirror, not of the lead's repository
+        # the worker worked in a worktree of this host's mirror, not of the lead's repository,
+        # and left none behind once its work was on the remote
         assert Path(w.task["workspace"]).is_relative_to(home)
+        assert not Path(w.task["workspace"]).exists()
     assert [s for s, _ in await orch.store.checkpoints.of_thread(a.id)] == [3, 5]
     assert git(repo, "worktree", "list").count("\n") == 1
     assert not any(r.startswith(f"refs/heads/threadloom/{job}/") for r in refs(repo))
@@ -144,13 +146,11 @@ async def test_a_fork_and_a_resume_on_another_host_restore_the_checkpoints_files
 async def test_gc_branches_deletes_the_jobs_refs_here_and_on_the_remote(
     tmp_path: Path, repo: Path, remote: Path, orch: Orchestrator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    home = host(monkeypatch, tmp_path, "one")
+    host(monkeypatch, tmp_path, "one")
     ran = await run_job(tmp_path, repo, remote, orch)
     job = ran["job"]
     report = await orch.gc(job=f"T-{job}", branches=True)
-    assert report["removed"] == []  # the worktrees are the hosts', never touched from here
-    assert Path(ran["a"].task["workspace"]).is_relative_to(home)
-    assert Path(ran["a"].task["workspace"]).is_dir()
+    assert report["removed"] == []  # worktrees are the hosts', never touched from here
     assert f"refs/heads/threadloom/{job}/a" in report["deleted_refs"]
     left = refs(remote)
     assert not [r for r in left if r.startswith((f"refs/heads/threadloom/{job}/",
@@ -231,3 +231,32 @@ async def test_a_mirror_fetches_a_missing_commit_and_pushes_branch_and_checkpoin
         await rm.Mirror(str(tmp_path / "nowhere"), tmp_path / "m2.git").ensure_commit("a" * 40)
     with pytest.raises(RepoStateError):
         await rm.publish_base(repo, head, str(tmp_path / "nowhere"))
+
+
+async def test_network_git_honours_the_hosts_own_configuration_and_nothing_else_does(
+    tmp_path: Path, repo: Path, remote: Path, orch: Orchestrator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host's global configuration reaches the remote (here ``url.*.insteadOf``, as a
+    credential helper would); threadloom's other git still reads none of it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    alias = "https://git.example.invalid/team/r.git"
+    (home / ".gitconfig").write_text(
+        f'[url "{remote.as_uri()}"]\n\tinsteadOf = {alias}\n[core]\n\thooksPath = /nowhere\n'
+    )
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.setattr(rm, "_transport", None)
+    pairs = await rm.transport_config()
+    assert f"url.{remote.as_uri()}.insteadof={alias}" in pairs
+    assert not any("hookspath" in p.lower() for p in pairs)  # only what reaching a remote needs
+    host(monkeypatch, tmp_path, "one")
+    outcome = await orch.run_job(
+        job_file(tmp_path, repo, RULES, TASKS, extra=f'remote = "{alias}"')
+    )
+    assert outcome.status == Status.DONE, outcome.error
+    job = outcome.job[2:]
+    assert f"refs/heads/threadloom/{job}/a" in refs(remote)
+    lead = await orch.store.get_thread(job)
+    assert lead.task["isolation"]["remote"] == alias  # type: ignore[index]
