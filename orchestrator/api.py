@@ -175,6 +175,7 @@ class Orchestrator:
         if on_lead is not None:
             on_lead(lead)
         rt = self.runtime(spec, lead.id)
+        rt.lead = lead
         rt.adopt_models(models)
         try:
             outcome = await rt.run(lead)
@@ -431,6 +432,8 @@ class Orchestrator:
     async def _run_existing(self, info: ThreadInfo, *, message: str | None = None) -> JobOutcome:
         job = await self._job_for(info)
         rt = self.runtime(job, info.job_id)
+        if info.id == info.job_id:
+            rt.lead = info
         try:
             if info.kind == Kind.LEAD:
                 outcome = await rt.run(info, message=message)
@@ -443,13 +446,19 @@ class Orchestrator:
     async def _outcome(self, rt: JobRuntime, outcome: RunOutcome) -> JobOutcome:
         workers = []
         for wid in rt.spawned:
-            w = await self.store.get_thread(wid)
+            ended = rt.ended.get(wid)  # how this run ended it, as stored; else read it
+            if ended is not None:
+                status, result, error = ended.status, ended.result, ended.error
+                task = rt.tasks.get(wid)
+            else:
+                w = await self.store.get_thread(wid)
+                status, result, error, task = w.status, w.result, w.error, (w.task or {}).get("id")
             workers.append(
                 WorkerSummary(
-                    ref=w.ref,
-                    task=(w.task or {}).get("id"),
-                    status=str(w.status),
-                    summary=w.result.summary if w.result else (w.error or ""),
+                    ref=format_ref(wid),
+                    task=task,
+                    status=str(status),
+                    summary=result.summary if result else (error or ""),
                 )
             )
         report = outcome.final_text

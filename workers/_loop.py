@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import os
 import socket
 import time
@@ -23,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from pydantic import ValidationError
 
 from store import (
     DatabaseError,
@@ -32,13 +30,11 @@ from store import (
     LeaseLost,
     Message,
     NewMessage,
-    OutputFile,
     Result,
     Status,
-    StatusError,
     Store,
     TextBlock,
-    ToolResultBlock,
+    ThreadInfo,
     ToolUseBlock,
     Usage,
     UsageRecord,
@@ -46,23 +42,20 @@ from store import (
     format_ref,
 )
 
+from ._calls import INTERRUPTED_RESULT as INTERRUPTED_RESULT
+from ._calls import answer, run_tools, store_message, tool_spec
 from ._nudges import EMPTY_REPLY_SUMMARY, nudge_text, reply_text
 from ._protocol import Model, ModelResponse, ToolSpec, result_nudges
 from ._request import DEFAULT_OUTPUT_CAP, RequestBuilder
 from ._results import (
     SUBMIT_RESULT,
-    Submission,
-    check_evidence,
     submit_result_spec,
-    to_result,
-    validation_message,
 )
 from .errors import ModelError
 from .tools import SandboxSettings, Tool, ToolContext, ToolOutput
 
 log = structlog.get_logger("threadloom.loop")
 
-INTERRUPTED_RESULT = "interrupted; effect unknown — check before re-running"
 CUT_OFF_TOOL = (
     "your reply hit the output-token limit inside this tool call, so the call was cut off and"
     " NOT run; issue it again, smaller (e.g. write a large file in parts)"
@@ -212,8 +205,12 @@ async def run_thread(
     message: str | None = None,
     after_tools: Callable[[int], Awaitable[None]] | None = None,
     sandbox: SandboxSettings | None = None,
+    thread: ThreadInfo | None = None,
 ) -> RunOutcome:
     """Run a thread from its stored history until it ends; return how it ended.
+
+    ``thread``: the thread as the caller just read or created it (its tools, prompt, kind and
+    task), so it is not read again; by default it is read here.
 
     ``after_tools``, if given, is awaited with the seq of each stored tool-results message (the
     orchestrator checkpoints the workspace there); its failure is logged, never fatal.
@@ -227,14 +224,16 @@ async def run_thread(
     """
     cfg = config or LoopConfig()
     me = owner or runner_id()
-    info = await store.get_thread(thread_id)
+    info = thread if thread is not None and thread.id == thread_id else None
+    if info is None:
+        info = await store.get_thread(thread_id)
     impl = {t.name: t for t in tools}
     specs = []
     for name in info.tools:
         if name == SUBMIT_RESULT:
             specs.append(submit_result_spec())
         elif name in impl:
-            specs.append(impl[name].spec())
+            specs.append(tool_spec(impl[name]))
         else:
             raise ValueError(f"{info.ref} uses tool {name!r}, which this runner does not provide")
     run = _Run(
@@ -277,29 +276,19 @@ async def run_thread(
     )
     bound.__enter__()
     try:
-        # ``hold`` renews the lease in the background; losing it cancels this run, which then
-        # ends with ``LeaseLost`` (and the lease is released whatever happens)
-        async with store.leases.hold(thread_id, me, ttl_s=cfg.lease_ttl_s) as lease:
+        # ``hold`` takes the lease and the ``running`` status in one write, renews the lease in
+        # the background (losing it cancels this run, which then ends with ``LeaseLost``) and
+        # releases it whatever happens, unless the run's last write (``_finish``) did
+        # (a run cancelled while it takes them leaves the thread ``interrupted``)
+        async with store.leases.hold(
+            thread_id, me, ttl_s=cfg.lease_ttl_s, start=Status.RUNNING
+        ) as lease:
             run.lease = lease
-            try:
-                await store.set_status(thread_id, Status.RUNNING)
-            except asyncio.CancelledError:
-                await finish_uncancelled(_interrupt_if_running(store, thread_id))
-                raise
             run.emit("started", status=Status.RUNNING)
             log.info("thread.started", kind=str(info.kind), model=model.spec)
             return await _drive(run)
     finally:
         bound.__exit__(None, None, None)
-
-
-async def _interrupt_if_running(store: Store, thread_id: str) -> None:
-    try:
-        await store.set_status(
-            thread_id, Status.INTERRUPTED, error="interrupted", expect=[Status.RUNNING]
-        )
-    except StatusError:
-        pass  # it never started running: nothing to mark
 
 
 async def _drive(run: _Run) -> RunOutcome:
@@ -308,7 +297,7 @@ async def _drive(run: _Run) -> RunOutcome:
         async with asyncio.timeout(cfg.timeout_s):
             await _answer_orphans(run)
             if run.message is not None:
-                await _store(run, NewMessage.user(run.message))
+                await store_message(run, NewMessage.user(run.message))
             return await _turns(run)
     except LeaseLost:
         # another runner owns the thread now: it writes the status, not us
@@ -374,27 +363,10 @@ async def _answer_orphans(run: _Run, *, replay: bool = True) -> None:
     if not uses:
         return
     safe = [u for u in uses if replay and u.name in run.tools and run.tools[u.name].replay_safe]
-    outputs = await _run_tools(run, safe) if safe else {}
-    await _answer(run, uses, outputs)
+    outputs = await run_tools(run, safe) if safe else {}
+    await answer(run, uses, outputs)
     if len(safe) < len(uses):
         log.warning("thread.orphans_answered", count=len(uses) - len(safe))
-
-
-async def _store(
-    run: _Run,
-    msg: NewMessage,
-    *,
-    usage: UsageRecord | None = None,
-    files: dict[str, OutputFile] | None = None,
-) -> list[Message]:
-    """Append to the thread and to the run's copy of its history (read once, at the start: the
-    run owns the thread through its lease, so nobody else appends meanwhile)."""
-    stored = await run.store.append(
-        run.thread_id, msg, usage=usage, lease_owner=run.owner, output_files=files
-    )
-    run.history.extend(stored)
-    run.requests.extend(stored)
-    return stored
 
 
 async def _turns(run: _Run) -> RunOutcome:
@@ -429,7 +401,9 @@ async def _turns(run: _Run) -> RunOutcome:
         content = [
             b for b in response.content if not (isinstance(b, TextBlock) and not b.text.strip())
         ] or [TextBlock(text="(empty reply)")]
-        stored = await _store(run, NewMessage(role="assistant", content=content), usage=record)
+        stored = await store_message(
+            run, NewMessage(role="assistant", content=content), usage=record
+        )
         turn_msg = stored[-1]
         uses = [b for b in content if isinstance(b, ToolUseBlock)]
         run.emit("turn")
@@ -456,20 +430,20 @@ async def _after_turn(
         run.cutoffs += 1
         if run.cutoffs > run.config.max_cutoffs:
             if uses:
-                await _answer(
+                await answer(
                     run, uses, {u.id: ToolOutput(CUT_OFF_TOOL, is_error=True) for u in uses}
                 )
             return await _finish(
                 run, Status.FAILED, error="the model's replies kept hitting the output-token limit"
             )
         if uses:
-            await _answer(run, uses, {u.id: ToolOutput(CUT_OFF_TOOL, is_error=True) for u in uses})
+            await answer(run, uses, {u.id: ToolOutput(CUT_OFF_TOOL, is_error=True) for u in uses})
         else:
-            await _store(run, NewMessage.user(CUT_OFF_TEXT))
+            await store_message(run, NewMessage.user(CUT_OFF_TEXT))
         return None
     if stop == "pause_turn" and not uses:
         # the provider paused a long turn: the next call continues it from the stored turn
-        await _store(run, NewMessage.user("Continue."))
+        await store_message(run, NewMessage.user("Continue."))
         return None
     if not uses:
         said = reply_text(response)
@@ -478,15 +452,15 @@ async def _after_turn(
         if nudge is not None:
             run.nudges += 1
             log.info("turn.nudged", seq=turn.seq, nudge=run.nudges, empty=not said)
-            await _store(run, NewMessage.user(nudge))
+            await store_message(run, NewMessage.user(nudge))
             return None
         run.final_text = run.last_text or _text_of(turn)
         if run.kind == Kind.WORKER and run.result is None:
             summary = run.last_text or EMPTY_REPLY_SUMMARY
             run.result = Result(status="partial", summary=summary[:2000])
         return await _finish(run, Status.DONE)
-    outputs = await _run_tools(run, uses)
-    await _answer(run, uses, outputs)
+    outputs = await run_tools(run, uses)
+    await answer(run, uses, outputs)
     if run.after_tools is not None:
         try:
             await run.after_tools(run.history[-1].seq)
@@ -531,94 +505,6 @@ async def _nudge_for(run: _Run, *, empty: bool) -> str | None:
     return text
 
 
-async def _answer(run: _Run, uses: list[ToolUseBlock], outputs: dict[str, ToolOutput]) -> None:
-    # an output a tool spilled to a file (bash, past a few MiB) is streamed into the store from
-    # it, never read into memory here; the file is freed once the append is over
-    files: dict[str, OutputFile] = {
-        u.id: f
-        for u in uses
-        if isinstance(f := getattr(outputs.get(u.id), "file", None), OutputFile)
-    }
-    blocks = []
-    for u in uses:
-        out = outputs.get(u.id)
-        text = INTERRUPTED_RESULT if out is None else "" if u.id in files else out.text
-        is_error = True if out is None else out.is_error
-        blocks.append(ToolResultBlock(tool_use_id=u.id, content=text, is_error=is_error))
-    try:
-        await _store(run, NewMessage(role="user", content=blocks), files=files or None)
-    finally:
-        for f in files.values():
-            f.close()
-
-
-async def _run_tools(run: _Run, uses: list[ToolUseBlock]) -> dict[str, ToolOutput]:
-    """Run one turn's tool calls, concurrently up to ``parallel_tools``; ``submit_result`` last.
-    If cancelled, the calls that finished keep their results and the others are answered with
-    the interrupted marker before the cancellation goes on."""
-    outputs: dict[str, ToolOutput] = {}
-    sem = asyncio.Semaphore(run.config.parallel_tools)
-
-    async def one(use: ToolUseBlock) -> None:
-        async with sem:
-            run.emit("tool", detail=use.name, tool=use.name, tool_id=use.id, tool_input=use.input)
-            outputs[use.id] = await _invoke(run, use)
-            run.emit("tool_done", detail=use.name, tool=use.name, tool_id=use.id)
-
-    others = [u for u in uses if u.name != SUBMIT_RESULT]
-    try:
-        async with asyncio.TaskGroup() as tg:
-            for u in others:
-                tg.create_task(one(u))
-    except asyncio.CancelledError:
-        # waited for to its end (not merely shielded): a second cancellation must not let the
-        # caller's cleanup read the history before these answers are in it and answer again
-        await finish_uncancelled(_answer(run, uses, outputs))
-        raise
-    submits = [u for u in uses if u.name == SUBMIT_RESULT]
-    for i, u in enumerate(submits):
-        if i > 0:
-            outputs[u.id] = ToolOutput("only one submit_result per task; ignored", is_error=True)
-        else:
-            outputs[u.id] = await _submit(run, u)
-    return outputs
-
-
-async def _invoke(run: _Run, use: ToolUseBlock) -> ToolOutput:
-    tool = run.tools.get(use.name)
-    if tool is None or use.name not in {s.name for s in run.specs}:
-        names = ", ".join(s.name for s in run.specs)
-        return ToolOutput(f"unknown tool {use.name!r}; available: {names}", is_error=True)
-    try:
-        return await tool.invoke(use.input, dataclasses.replace(run.ctx, tool_use_id=use.id))
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # a tool bug must not take the thread down: the model is told
-        log.exception("tool.crashed", tool=use.name)
-        return ToolOutput(f"{use.name} failed: {type(exc).__name__}: {exc}", is_error=True)
-
-
-async def _submit(run: _Run, use: ToolUseBlock) -> ToolOutput:
-    if SUBMIT_RESULT not in {s.name for s in run.specs}:
-        return ToolOutput("submit_result is not available in this thread", is_error=True)
-    try:
-        submission = Submission.model_validate(use.input)
-    except ValidationError as err:
-        run.invalid_submissions += 1
-        return ToolOutput(validation_message(err), is_error=True)
-    ancestry = await run.store.ancestry(run.thread_id)
-    findings, dropped = check_evidence(submission, ancestry=ancestry)
-    run.result = to_result(
-        submission,
-        findings,
-        dropped,
-        ref=format_ref(run.thread_id),
-        task=run.task_key,
-    )
-    note = f" ({dropped} evidence refs did not resolve and were dropped)" if dropped else ""
-    return ToolOutput(f"Result recorded{note}. Your task is over.")
-
-
 async def _finish(
     run: _Run,
     status: Status,
@@ -645,12 +531,16 @@ async def _finish(
             }
         )
 
-    # the lease is checked in the same write: a runner that lost it writes no status
-    await finish_uncancelled(
-        run.store.set_status(
-            run.thread_id, status, error=error, result=result, lease_owner=run.owner
+    # the lease is checked in the same write: a runner that lost it writes no status; that
+    # write gives the lease up and marks the thread's dispatch row too (``Store.finish``)
+    if run.lease is not None:
+        await finish_uncancelled(run.store.finish(run.lease, status, error=error, result=result))
+    else:
+        await finish_uncancelled(
+            run.store.set_status(
+                run.thread_id, status, error=error, result=result, lease_owner=run.owner
+            )
         )
-    )
     run.emit("finished", status=status, detail=error or "")
     log.info("thread.finished", status=str(status), turns=run.turns, error=error)
     return RunOutcome(

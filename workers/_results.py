@@ -7,6 +7,7 @@ worker's own thread; those that do not resolve are dropped and counted, never pa
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -49,7 +50,9 @@ class Submission(BaseModel):
     open_questions: list[str] = Field(default_factory=list)
 
 
+@functools.cache
 def submit_result_spec() -> ToolSpec:
+    """The tool's spec, made once (pydantic generates the schema anew on every call)."""
     schema = Submission.model_json_schema()
     return ToolSpec(
         name=SUBMIT_RESULT,

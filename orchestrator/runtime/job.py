@@ -72,12 +72,17 @@ class JobRuntime:
     config: LoopConfig = field(default_factory=LoopConfig)
     env: dict[str, str] | None = None
     spawned: list[str] = field(default_factory=list)
+    tasks: dict[str, str | None] = field(default_factory=dict)
+    """The task id of each thread in ``spawned``."""
     ended: dict[str, RunOutcome] = field(default_factory=dict)
     model_factory: ModelFactory = make_model
     """Builds a ``Model`` from a spec and options, once per both and job run."""
     _models: dict[ModelKey, Model] = field(default_factory=dict)
     _sem: asyncio.Semaphore | None = None
     _sandbox: SandboxSettings | None = None
+    lead: ThreadInfo | None = None
+    """The lead thread as the caller has it (its task holds the job's isolation); read once
+    from the store when not given."""
     _isolation: Isolation | None = None
     _isolation_loaded: bool = False
     _executor: Executor | None = None
@@ -119,7 +124,9 @@ class JobRuntime:
     async def isolation(self) -> Isolation | None:
         """The job's worktree isolation (from its lead thread), or None."""
         if not self._isolation_loaded:
-            lead = await self.store.get_thread(self.lead_id)
+            lead = self.lead
+            if lead is None or lead.id != self.lead_id:
+                lead = await self.store.get_thread(self.lead_id)
             self._isolation = await Isolation.of_job(self.store, lead, db=self.store.db.path)
             self._isolation_loaded = True
         return self._isolation
@@ -235,6 +242,7 @@ class JobRuntime:
             env=self.env,
             sandbox=sandbox if info.kind == Kind.WORKER else None,
             after_tools=after_tools,
+            thread=info,
         )
         if iso is not None and tree is not None:
             result = await iso.finish(info, tree, outcome.result)
@@ -269,7 +277,8 @@ class JobRuntime:
             except Exception as exc:
                 log.warning("worker.crashed", thread=info.ref, error=str(exc))
                 outcome = await self.stored_outcome(info, str(exc), exc)
-            await self.store.dispatches.set_status(info.id, str(outcome.status))
+                await self.store.dispatches.set_status(info.id, str(outcome.status))
+            # (a run that ended marked its dispatch row in its last write: ``Store.finish``)
             self.ended[info.id] = outcome
             return outcome
 
@@ -303,7 +312,10 @@ class JobRuntime:
             tool_use_id=tool_use_id,
             tasks=tasks,
         )
-        self.spawned += [info.id for info, created in out if created]
+        for info, created in out:
+            if created:
+                self.spawned.append(info.id)
+                self.tasks[info.id] = (info.task or {}).get("id")
         return out
 
     async def create_reader(self, target: ThreadInfo, question: str) -> ThreadInfo:

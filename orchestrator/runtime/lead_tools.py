@@ -138,8 +138,8 @@ class DispatchTool(JobTool[DispatchInput]):
             if info.status in (Status.DONE, Status.FAILED, Status.CANCELLED) and info.result:
                 results[i] = result_payload(info)  # finished before a replay: reused, not rerun
                 return
-            outcome = await self.rt.run_worker(info)
-            results[i] = result_payload(await self.rt.store.get_thread(info.id), outcome)
+            # the outcome carries the status, result and error as stored: no read back
+            results[i] = result_payload(info, await self.rt.run_worker(info))
 
         async with asyncio.TaskGroup() as tg:
             for i, (info, _created) in enumerate(spawned):

@@ -1,0 +1,166 @@
+"""One turn's tool calls, for the loop (``_loop``): run them, answer them, store the answers.
+
+A turn's calls run concurrently up to ``LoopConfig.parallel_tools`` (one call — the usual turn —
+runs inline, without a task group); ``submit_result`` is handled last, here, for workers. Every
+call gets exactly one answer in the next user message: its output, or ``INTERRUPTED_RESULT``
+when the run was stopped before it finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from pydantic import ValidationError
+
+from store import (
+    Message,
+    NewMessage,
+    OutputFile,
+    ToolResultBlock,
+    ToolUseBlock,
+    UsageRecord,
+    finish_uncancelled,
+    format_ref,
+)
+
+from ._protocol import ToolSpec
+from ._results import SUBMIT_RESULT, Submission, check_evidence, to_result, validation_message
+from .tools import Tool, ToolOutput
+
+if TYPE_CHECKING:
+    from ._loop import _Run
+
+log = structlog.get_logger("threadloom.loop")
+
+INTERRUPTED_RESULT = "interrupted; effect unknown — check before re-running"
+
+_SPECS: dict[tuple[type[Any], str, str], ToolSpec] = {}
+
+
+def tool_spec(tool: Tool[Any]) -> ToolSpec:
+    """``tool.spec()``, made once per tool class: its JSON schema is pydantic's to generate,
+    about a millisecond a tool, and it depends on the class alone (a tool that overrides
+    ``spec`` is asked every time)."""
+    if type(tool).spec is not Tool.spec:
+        return tool.spec()
+    key = (type(tool), tool.name, tool.description)
+    spec = _SPECS.get(key)
+    if spec is None:
+        spec = _SPECS[key] = tool.spec()
+    return spec
+
+
+async def store_message(
+    run: _Run,
+    msg: NewMessage,
+    *,
+    usage: UsageRecord | None = None,
+    files: dict[str, OutputFile] | None = None,
+) -> list[Message]:
+    """Append to the thread and to the run's copy of its history (read once, at the start: the
+    run owns the thread through its lease, so nobody else appends meanwhile)."""
+    stored = await run.store.append(
+        run.thread_id, msg, usage=usage, lease_owner=run.owner, output_files=files
+    )
+    run.history.extend(stored)
+    run.requests.extend(stored)
+    return stored
+
+
+async def answer(run: _Run, uses: list[ToolUseBlock], outputs: dict[str, ToolOutput]) -> None:
+    # an output a tool spilled to a file (bash, past a few MiB) is streamed into the store from
+    # it, never read into memory here; the file is freed once the append is over
+    files: dict[str, OutputFile] = {
+        u.id: f
+        for u in uses
+        if isinstance(f := getattr(outputs.get(u.id), "file", None), OutputFile)
+    }
+    blocks = []
+    for u in uses:
+        out = outputs.get(u.id)
+        text = INTERRUPTED_RESULT if out is None else "" if u.id in files else out.text
+        is_error = True if out is None else out.is_error
+        blocks.append(ToolResultBlock(tool_use_id=u.id, content=text, is_error=is_error))
+    try:
+        await store_message(run, NewMessage(role="user", content=blocks), files=files or None)
+    finally:
+        for f in files.values():
+            f.close()
+
+
+async def run_tools(run: _Run, uses: list[ToolUseBlock]) -> dict[str, ToolOutput]:
+    """Run one turn's tool calls, concurrently up to ``parallel_tools``; ``submit_result`` last.
+    If cancelled, the calls that finished keep their results and the others are answered with
+    the interrupted marker before the cancellation goes on."""
+    outputs: dict[str, ToolOutput] = {}
+    sem = asyncio.Semaphore(run.config.parallel_tools)
+
+    async def one(use: ToolUseBlock) -> None:
+        run.emit("tool", detail=use.name, tool=use.name, tool_id=use.id, tool_input=use.input)
+        outputs[use.id] = await invoke(run, use)
+        run.emit("tool_done", detail=use.name, tool=use.name, tool_id=use.id)
+
+    async def bounded(use: ToolUseBlock) -> None:
+        async with sem:
+            await one(use)
+
+    others = [u for u in uses if u.name != SUBMIT_RESULT]
+    try:
+        if len(others) == 1:
+            await one(others[0])  # nothing to run beside it: no task group, no task
+        elif others:
+            async with asyncio.TaskGroup() as tg:
+                for u in others:
+                    tg.create_task(bounded(u))
+    except asyncio.CancelledError:
+        # waited for to its end (not merely shielded): a second cancellation must not let the
+        # caller's cleanup read the history before these answers are in it and answer again
+        await finish_uncancelled(answer(run, uses, outputs))
+        raise
+    submits = [u for u in uses if u.name == SUBMIT_RESULT]
+    for i, u in enumerate(submits):
+        if i > 0:
+            outputs[u.id] = ToolOutput("only one submit_result per task; ignored", is_error=True)
+        else:
+            outputs[u.id] = await submit(run, u)
+    return outputs
+
+
+async def invoke(run: _Run, use: ToolUseBlock) -> ToolOutput:
+    tool = run.tools.get(use.name)
+    if tool is None or use.name not in {s.name for s in run.specs}:
+        names = ", ".join(s.name for s in run.specs)
+        return ToolOutput(f"unknown tool {use.name!r}; available: {names}", is_error=True)
+    try:
+        return await tool.invoke(use.input, dataclasses.replace(run.ctx, tool_use_id=use.id))
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a tool bug must not take the thread down: the model is told
+        log.exception("tool.crashed", tool=use.name)
+        return ToolOutput(f"{use.name} failed: {type(exc).__name__}: {exc}", is_error=True)
+
+
+async def submit(run: _Run, use: ToolUseBlock) -> ToolOutput:
+    if SUBMIT_RESULT not in {s.name for s in run.specs}:
+        return ToolOutput("submit_result is not available in this thread", is_error=True)
+    try:
+        submission = Submission.model_validate(use.input)
+    except ValidationError as err:
+        run.invalid_submissions += 1
+        return ToolOutput(validation_message(err), is_error=True)
+    # evidence refs are checked against the thread's lineage, read only when there are some
+    cited = any(f.evidence for f in submission.findings)
+    ancestry = await run.store.ancestry(run.thread_id) if cited else [(run.thread_id, 0)]
+    findings, dropped = check_evidence(submission, ancestry=ancestry)
+    run.result = to_result(
+        submission,
+        findings,
+        dropped,
+        ref=format_ref(run.thread_id),
+        task=run.task_key,
+    )
+    note = f" ({dropped} evidence refs did not resolve and were dropped)" if dropped else ""
+    return ToolOutput(f"Result recorded{note}. Your task is over.")
