@@ -16,7 +16,7 @@ from datetime import timedelta
 import asyncpg
 import pytest
 
-from store import Kind, LeaseHeld, NewMessage, Status, Store, _engine, _leases
+from store import Kind, LeaseHeld, LeaseLost, NewMessage, Status, Store, _engine, _leases
 from tests import pg
 
 pytestmark = pytest.mark.postgres
@@ -113,3 +113,13 @@ async def test_a_writer_stalled_in_its_transaction_is_ended_so_the_lease_can_be_
             await locker.fetchval("SELECT 1")
     finally:
         await locker.close()
+
+
+async def test_an_append_after_its_own_lease_expired_says_so(store: Store) -> None:
+    tid = await _thread(store)
+    await store.leases.acquire(tid, "A", ttl_s=-1)  # born expired, as the stale date made it
+    with pytest.raises(LeaseLost, match="its lease expired before this append"):
+        await store.append(tid, NewMessage.assistant("late"), lease_owner="A")
+    await store.leases.acquire(tid, "B", ttl_s=60)
+    with pytest.raises(LeaseLost, match="the lease is held by B"):
+        await store.append(tid, NewMessage.assistant("late"), lease_owner="A")
