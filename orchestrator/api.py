@@ -166,7 +166,7 @@ class Orchestrator:
         base = None
         if spec.isolation == "worktree":
             # refused (exit 2) before anything is stored when the repository can't be isolated
-            base = await start_job(spec.workspace_path, db=self.store.db.path)
+            base = await start_job(spec.workspace_path, db=self.store.db.path, remote=spec.remote)
         lead = await create_lead(
             self.store, spec, isolation=base.to_json() if base is not None else None
         )

@@ -91,6 +91,9 @@ class JobSpec(_Strict):
     task_queue: str = Field("threadloom", min_length=1)
     # a host silent this long has its runs handed to another host
     heartbeat_timeout_s: float = Field(30.0, gt=0, allow_inf_nan=False)
+    # worktree isolation across hosts: the git repository every machine reaches (README
+    # §Scale-out); a relative path is the job file's folder's
+    remote: str | None = Field(None, min_length=1)
     # where the file was: relative paths (workspace, scripted model files) resolve against it
     base_dir: str = "."
 
@@ -197,6 +200,8 @@ def parse_job(text: str, *, name: str, base_dir: Path, **overrides: Any) -> JobS
                 f" {t.id!r} (also task[{seen[t.id]}])"
             )
         seen[t.id] = i
+    if spec.remote is not None:
+        spec = spec.model_copy(update={"remote": _check_remote(spec, name, locate)})
     if not spec.workspace_path.is_dir():
         what = (
             "is a file, not a directory"
@@ -208,6 +213,30 @@ def parse_job(text: str, *, name: str, base_dir: Path, **overrides: Any) -> JobS
             f" {spec.workspace_path} {what}"
         )
     return spec
+
+
+def _check_remote(spec: JobSpec, name: str, locate: _Locator) -> str:
+    """``job.remote`` as stored: a relative local path made absolute (every host reads the
+    same), or the error naming its line. A URL carrying a credential is refused, not echoed:
+    threadloom stores none (each host's git configuration authenticates)."""
+    url = str(spec.remote)
+    where = f"{name}:{locate.line(('job', 'remote'))}: job.remote"
+    if spec.isolation != "worktree":
+        raise JobFileError(f'{where}: needs isolation = "worktree" (it carries worktree branches)')
+    scheme, sep, rest = url.partition("://")
+    info = (rest if sep else url).split("/", 1)[0].rpartition("@")[0]
+    if sep or info:
+        ssh = not sep or scheme.lower() in ("ssh", "git+ssh", "ssh+git")
+        if info and (":" in info or not ssh):
+            raise JobFileError(
+                f"{where}: the URL holds a credential (user info before @); threadloom stores"
+                " none: name the repository without it and let each host's git authenticate"
+                " (a credential helper, an SSH key)"
+            )
+        return url
+    if re.match(r"^[^/]+:", url):  # scp-like: [user@]host:path
+        return url
+    return str((Path(spec.base_dir) / Path(url).expanduser()).resolve())
 
 
 FLAG_NAMES = {
