@@ -36,7 +36,8 @@ def _lines(cluster: Cluster, name: str) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def _wait(predicate: Any, what: str, timeout: float = 60) -> None:
+def _wait(predicate: Any, what: str, timeout: float = 120) -> None:
+    # generous: on a loaded 2-CPU machine two hosts took over a minute to start polling
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
