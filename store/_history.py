@@ -20,10 +20,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from . import _threads
 from ._engine import RawSqliteReader
-from ._messages import MESSAGE_COLUMNS, messages_from_rows
-from ._readsql import CHAIN_SQL, MESSAGES_SQL, segments
+from ._readsql import CHAIN_SQL, HEAD_SQL, HISTORY_SQL, segments
+from ._stored import gc_paused, segment_messages
 from ._tables import messages, threads
-from .errors import ForkPointError, ThreadNotFound
+from .errors import ForkPointError, StoreError, ThreadNotFound
 from .models import Message, NewMessage, Status, ThreadInfo, ToolUseBlock
 from .refs import format_ref
 
@@ -72,11 +72,11 @@ class History:
         out: list[Message] = []
         for owner, lo, hi in segments(head, chain, start, end):
             rows = await conn.execute(
-                sa.select(*MESSAGE_COLUMNS)
+                sa.select(*HISTORY_COLUMNS)
                 .where(messages.c.thread_id == owner, messages.c.seq.between(lo, hi))
                 .order_by(messages.c.seq)
             )
-            out.extend(messages_from_rows(rows))
+            out.extend(segment(owner, lo, hi, rows.all()))
         return out
 
     async def ancestry(self, conn: AsyncConnection, thread_id: str) -> list[tuple[str, int]]:
@@ -164,47 +164,116 @@ INLINE_ROWS = 200
 (``RawSqliteReader.inline``); a larger one in the reader's pool."""
 
 INLINE_CHARS = 256 * 1024
-"""…and of at most this much stored content: turning more into models (about 1 ms per 100 kB)
-happens in the pool, so that one read never holds up the other tasks for long."""
+"""…and of at most this much stored content: turning more into models happens in the pool, so
+that one read never holds up the other tasks for long."""
+
+HISTORY_COLUMNS = (messages.c.content, messages.c.role, messages.c.created_at)
+"""``_readsql.HISTORY_SQL``'s columns, for the SQLAlchemy read."""
+
+Rows = list[tuple[str, int, int, list[Any]]]
+"""The rows of each segment: [(owner, lo, hi, rows of ``HISTORY_SQL``)…] in seq order."""
+
+
+def segment(owner: str, lo: int, hi: int, rows: Sequence[Sequence[Any]]) -> list[Message]:
+    """Messages ``lo..hi`` of ``owner`` from its ``HISTORY_SQL`` rows: every seq of a segment is
+    stored (``segments`` never reaches past a head), so the rows are those seqs in order."""
+    if len(rows) != hi - lo + 1:
+        raise StoreError(
+            f"{format_ref(owner)}: {len(rows)} stored messages in #{lo}-{hi}, expected"
+            f" {hi - lo + 1}"
+        )
+    return segment_messages(owner, lo, rows)
+
+
+def from_rows(segment_rows: Rows) -> list[Message]:
+    out: list[Message] = []
+    for owner, lo, hi, rows in segment_rows:
+        out.extend(segment(owner, lo, hi, rows))
+    return out
 
 
 async def raw_messages(
-    raw: RawSqliteReader, thread_id: str, start: int, end: int | None
+    raw: RawSqliteReader,
+    thread_id: str,
+    start: int,
+    end: int | None,
+    history: History | None = None,
 ) -> list[Message]:
-    """``Store.messages`` on SQLite. The chain and the rows of a small range are read at once on
-    the loop's thread: for the last page of a thread the hop to the pool and back cost more
+    """``Store.messages`` on SQLite. The segments and the rows of a small range are read at once
+    on the loop's thread: for the last page of a thread the hop to the pool and back cost more
     than the reads (``bench_store.py``'s ``read``). Many rows, much text, or a busy database go
     to the pool. The messages are the same either way: the head is read first, and messages are
-    append-only."""
+    append-only. ``history`` (the store's) lends its cache of ancestries: then a thread read
+    before costs one primary-key lookup of its head, not the walk up its chain."""
     where = "reading messages"
-    segs = raw.inline(lambda c: raw_segments(c, thread_id, start, end), where=where)
-    if segs is None:
-        return await raw.run(lambda c: raw_read_range(c, thread_id, start, end), where=where)
-    if sum(hi - lo + 1 for _, lo, hi in segs) <= INLINE_ROWS:
-        rows = raw.inline(lambda c: raw_rows(c, segs), where=where)
-        if rows is not None and sum(len(r[3]) for r in rows) <= INLINE_CHARS:
-            return messages_from_rows(rows)
-    return await raw.run(lambda c: messages_from_rows(raw_rows(c, segs)), where=where)
+    ancestry = history._ancestry if history is not None else {}
+    small = raw.inline(lambda c: _inline_read(c, ancestry, thread_id, start, end), where=where)
+    if small is None:  # busy: all of it in the pool
+        return await raw.run(
+            lambda c: raw_read(c, raw_segments(c, thread_id, start, end, ancestry)), where=where
+        )
+    segs, rows = small
+    if rows is not None:
+        return from_rows(rows)
+    return await raw.run(lambda c: raw_read(c, segs), where=where)
+
+
+def _inline_read(
+    conn: sqlite3.Connection,
+    ancestry: dict[str, Chain],
+    thread_id: str,
+    start: int,
+    end: int | None,
+) -> tuple[list[tuple[str, int, int]], Rows | None]:
+    """The segments of a read, and their rows when they are few and small enough to be built on
+    the loop's thread (``INLINE_ROWS``, ``INLINE_CHARS``), else None."""
+    segs = raw_segments(conn, thread_id, start, end, ancestry)
+    if sum(hi - lo + 1 for _, lo, hi in segs) > INLINE_ROWS:
+        return segs, None
+    rows = raw_rows(conn, segs)
+    if sum(len(r[0]) for *_, rs in rows for r in rs) > INLINE_CHARS:
+        return segs, None
+    return segs, rows
 
 
 def raw_segments(
-    conn: sqlite3.Connection, thread_id: str, start: int, end: int | None
+    conn: sqlite3.Connection,
+    thread_id: str,
+    start: int,
+    end: int | None,
+    ancestry: dict[str, Chain] | None = None,
 ) -> list[tuple[str, int, int]]:
     """The segments (owner, lo, hi) holding messages ``start..end`` of a thread: its ancestry
-    in one recursive query, its head read with it."""
+    in one recursive query, its head read with it — or, when ``ancestry`` knows the thread's
+    chain, its head alone."""
+    chain = None if ancestry is None else ancestry.get(thread_id)
+    if chain is not None:
+        row = conn.execute(HEAD_SQL, (thread_id,)).fetchone()
+        if row is None:
+            raise ThreadNotFound(f"no thread {format_ref(thread_id)}")
+        return segments(int(row[0]), chain, start, end)
     chain_rows = conn.execute(CHAIN_SQL, (thread_id,)).fetchall()
     if not chain_rows:
         raise ThreadNotFound(f"no thread {format_ref(thread_id)}")
-    head = int(chain_rows[0][2])
-    return segments(head, [(str(r[0]), int(r[1])) for r in chain_rows], start, end)
+    chain = [(str(r[0]), int(r[1])) for r in chain_rows]
+    if ancestry is not None:
+        ancestry[thread_id] = chain
+    return segments(int(chain_rows[0][2]), chain, start, end)
 
 
-def raw_rows(conn: sqlite3.Connection, segs: list[tuple[str, int, int]]) -> list[Any]:
-    """The message rows of ``segs``, in seq order: one indexed select per segment."""
-    rows: list[Any] = []
-    for owner, lo, hi in segs:
-        rows.extend(conn.execute(MESSAGES_SQL, (owner, lo, hi)))
-    return rows
+def raw_rows(conn: sqlite3.Connection, segs: list[tuple[str, int, int]]) -> Rows:
+    """The rows of each segment of ``segs``: one indexed select per segment."""
+    return [
+        (owner, lo, hi, conn.execute(HISTORY_SQL, (owner, lo, hi)).fetchall())
+        for owner, lo, hi in segs
+    ]
+
+
+def raw_read(conn: sqlite3.Connection, segs: list[tuple[str, int, int]]) -> list[Message]:
+    """The messages of ``segs``, read and built with the collector paused when they are many
+    (``_stored.gc_paused``: the rows are as many containers as the models)."""
+    with gc_paused(sum(hi - lo + 1 for _, lo, hi in segs)):
+        return from_rows(raw_rows(conn, segs))
 
 
 def raw_read_range(
@@ -212,7 +281,7 @@ def raw_read_range(
 ) -> list[Message]:
     """``Store.messages`` on SQLite in one call on a plain sqlite3 connection (the read path's
     hot spot is SQLAlchemy's async machinery, not SQLite)."""
-    return messages_from_rows(raw_rows(conn, raw_segments(conn, thread_id, start, end)))
+    return raw_read(conn, raw_segments(conn, thread_id, start, end))
 
 
 def _has_tool_use(message: Message) -> bool:

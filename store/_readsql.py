@@ -21,11 +21,21 @@ SELECT id, after, head FROM chain ORDER BY depth
 """
 """A thread's ancestry, the thread first: (id, owns seqs after this, head_seq) per row."""
 
+HEAD_SQL = "SELECT head_seq FROM threads WHERE id = ?"
+"""A thread's head alone, for a reader that knows its ancestry already (it never changes)."""
+
 MESSAGES_SQL = (
     "SELECT thread_id, seq, role, content, created_at FROM messages"
     " WHERE thread_id = ? AND seq BETWEEN ? AND ? ORDER BY seq"
 )
 """One segment of a visible history: (owner, lo, hi) from ``segments``."""
+
+HISTORY_SQL = (
+    "SELECT content, role, created_at FROM messages"
+    " WHERE thread_id = ? AND seq BETWEEN ? AND ? ORDER BY seq"
+)
+"""The same segment as ``(content, role, created_at)`` rows: the owner and the seqs
+(``lo..hi``, every one of them stored) are the segment's (``_stored.segment_messages``)."""
 
 
 def segments(
