@@ -9,11 +9,13 @@ per table) and ``COMMIT`` on a connection with the store's PRAGMAs (WAL, ``synch
 database waits there exactly as on the ORM path: ``BEGIN IMMEDIATE`` under the busy timeout.
 
 Checkpoints: SQLite's automatic checkpoint runs inside the ``COMMIT`` that crosses its threshold,
-so that append (and, behind the writer queue of ``store._engine``, every process waiting for the
-lock) waits for a copy of the WAL into the database and its fsync — tens of ms, the cross-process
-stall of ``tests/benchmarks/bench_multiproc.py``. This connection switches it off and hands the
-checkpoint to a thread of its own (a PASSIVE checkpoint on its own connection, which never blocks
-writers) every ``CHECKPOINT_PAGES`` pages written since the last, so no append waits for one.
+so that append — and, behind the writer queue of ``store._engine``, every process waiting for
+it — waits for a copy of the WAL into the database and its fsync. This connection (and the ORM
+writer beside it) switches it off and hands the checkpoint to a thread of its own (a PASSIVE
+checkpoint on its own connection, which never blocks writers) every ``CHECKPOINT_PAGES`` pages
+written, so no append waits for one. (``tests/benchmarks/bench_multiproc.py``'s
+``inlineckpt_N`` measures what that is worth; most of the cross-process stall was the queue
+held across two event-loop hops, which taking it on this thread removes.)
 
 This module imports nothing of the store; ``store._engine.Database`` owns the writer and
 translates its errors.
@@ -65,28 +67,36 @@ class _Job:
 class RawWriter:
     """Write transactions on one ``sqlite3`` connection, run one at a time on one thread.
 
-    ``conn`` is opened here and used only on the writer thread afterwards (a test may install a
-    trace callback on it). The caller serialises ``run`` (the store's ``Writer`` lock and the
-    process queue); the thread serialises it anyway."""
+    The connection (``conn``) and the thread are made on first use, so a process that only
+    reads pays for neither; the connection is used only on the writer thread afterwards (a
+    test may install a trace callback on it). The caller serialises ``run`` (the store's
+    ``Writer`` lock and the process queue); the thread serialises it anyway."""
 
     def __init__(self, path: Path, *, busy_timeout_ms: int, synchronous: str) -> None:
         self.path = path
         self._busy_timeout_ms = busy_timeout_ms
         self._synchronous = synchronous
-        self.conn = connect(path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
-        self.conn.execute("PRAGMA wal_autocheckpoint = 0")
-        self._page_size = int(self.conn.execute("PRAGMA page_size").fetchone()[0])
-        # a daemon thread, not an executor's: a wait for a queue held by a stuck process must
-        # not keep this process from exiting
+        self._conn: sqlite3.Connection | None = None
+        self._page_size = 4096
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._serve, name="tl-write", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
         self._stuck: _Job | None = None
         self._checkpointer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tl-ckpt")
         self._ckpt_conn: sqlite3.Connection | None = None
         self._ckpt_busy = threading.Lock()
         self._pages = 0
         self._closed = False
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = connect(
+                self.path, busy_timeout_ms=self._busy_timeout_ms, synchronous=self._synchronous
+            )
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
+            self._page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+            self._conn = conn
+        return self._conn
 
     async def run(
         self,
@@ -109,6 +119,12 @@ class RawWriter:
         many messages and bytes it writes (the checkpoint schedule)."""
         if self._closed:
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+        if self._thread is None:
+            self.conn  # noqa: B018 (opened here, on the caller's thread: its errors raise here)
+            # a daemon thread, not an executor's: a wait for a queue held by a stuck process
+            # must not keep this process from exiting
+            self._thread = threading.Thread(target=self._serve, name="tl-write", daemon=True)
+            self._thread.start()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
         job = _Job(os.dup(queue_fd) if queue_fd is not None else None)
@@ -220,16 +236,20 @@ class RawWriter:
         if self._closed:
             return
         self._closed = True
-        self._jobs.put(None)
         self._checkpointer.shutdown(wait=True)
         if self._ckpt_conn is not None:
             self._ckpt_conn.close()
             self._ckpt_conn = None
-        if self._stuck is None:
+        if self._thread is not None:
+            self._jobs.put(None)
+            if self._stuck is not None:
+                # the thread still waits for a queue held elsewhere, for a transaction it will
+                # never run; it ends when it gets the queue (or with the process), and so does
+                # the connection
+                return
             self._thread.join()
-            self.conn.close()
-        # else: the thread still waits for a queue held elsewhere, for a transaction it will
-        # never run; it ends when it gets the queue (or with the process), the connection too
+        if self._conn is not None:
+            self._conn.close()
 
 
 def _settle(

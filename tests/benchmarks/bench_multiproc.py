@@ -36,7 +36,9 @@ migrated database:
 - ``orm_1`` / ``orm_N``: the store with its appends through SQLAlchemy as before the raw
   ``sqlite3`` writer (``store._rawwrite``): the queue taken on the event loop, held until the
   loop has heard of the commit, and SQLite's automatic checkpoint inside the commit that
-  crosses its threshold — with every process waiting behind it in the queue.
+  crosses its threshold — with every process waiting behind it in the queue;
+- ``inlineckpt_N``: the store as it is but with that automatic checkpoint back on its writer
+  connections instead of its checkpoint thread (the checkpoint's share of the stall).
 """
 
 from __future__ import annotations
@@ -163,11 +165,33 @@ def _orm_child(path: str, n: int, seed: int, barrier: Barrier, out: Any) -> None
     _store_child(path, n, seed, barrier, out)
 
 
+def _inline_checkpoint_child(path: str, n: int, seed: int, barrier: Barrier, out: Any) -> None:
+    """The store with SQLite's automatic checkpoint back on its writer connections (run inside
+    the commit that crosses 1000 WAL pages, in the writer queue) instead of its own thread."""
+    from store import _engine, _rawwrite
+
+    _rawwrite.CHECKPOINT_PAGES = 1 << 62
+    conn = _rawwrite.RawWriter.conn
+
+    def automatic(self: Any) -> Any:
+        c = conn.fget(self)  # type: ignore[attr-defined]
+        c.execute("PRAGMA wal_autocheckpoint = 1000")
+        return c
+
+    _rawwrite.RawWriter.conn = property(automatic)  # type: ignore[method-assign,assignment]
+    hooks = _engine.Database._sqlite_hooks
+    _engine.Database._sqlite_hooks = staticmethod(  # type: ignore[method-assign]
+        lambda engine, **kw: hooks(engine, **{**kw, "autocheckpoint": True})
+    )
+    _store_child(path, n, seed, barrier, out)
+
+
 CHILDREN = {
     "raw_sqlite3": _raw_child,
     "store": _store_child,
     "unqueued": _unqueued_child,
     "orm": _orm_child,
+    "inlineckpt": _inline_checkpoint_child,
 }
 
 
@@ -220,7 +244,7 @@ async def main(*, processes: int, per_process: int, rounds: int) -> dict[str, An
         if hasattr(_engine.Database, "write_turn"):  # the same run without the queue, to compare
             names.append(f"unqueued_{processes}")
         if hasattr(_engine, "_raw_writer"):  # and with appends through SQLAlchemy, as before
-            names += ["orm_1", f"orm_{processes}"]
+            names += ["orm_1", f"orm_{processes}", f"inlineckpt_{processes}"]
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
         for r in range(rounds):
             for name in names:  # round robin: the machine's drift weighs on every variant
@@ -277,6 +301,11 @@ async def main(*, processes: int, per_process: int, rounds: int) -> dict[str, An
             f"ratio_store_{many}_to_orm_{many}_rate": (
                 round(store_n["per_s"] / fig[f"orm_{many}"]["per_s"], 2)
                 if f"orm_{many}" in fig
+                else None
+            ),
+            "ratio_inlineckpt_max_to_fair_bound": (
+                round(fig[f"inlineckpt_{many}"]["max_ms_worst_round"] / store_bound, 2)
+                if f"inlineckpt_{many}" in fig
                 else None
             ),
             f"ratio_store_{many}_to_store_1_rate": ratio_scaling,
