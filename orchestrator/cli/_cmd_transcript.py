@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Sequence
-from typing import IO, TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Sequence
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
 from ..errors import CliError
 from ._app import Output, command, run_command
+from ._redacting import PIECE, RedactingWriter
 
 if TYPE_CHECKING:
     from store import Message, Store, ThreadInfo
@@ -50,8 +51,8 @@ def export(ctx: click.Context, ref: str, fmt: str, redact: bool) -> None:
     values that look like secrets (a redacted jsonl export still imports).
 
     Tool outputs too large to keep inline are stored apart; they are exported whole all the
-    same, streamed from the store through a temporary file, so memory stays bounded (except
-    with --json or --redact, which hold the whole export in memory).
+    same, streamed from the store through a temporary file, then to stdout (redacted, or as
+    the JSON document's text, a piece at a time), so memory stays bounded.
     """
     from ._app import get_app
 
@@ -80,18 +81,64 @@ def export(ctx: click.Context, ref: str, fmt: str, redact: bool) -> None:
                 await _write_jsonl(store, spool, msgs)
         spool.seek(0)
         data = {"ref": info.ref, "format": fmt, "messages": n}
-        if as_json:
-            data["text"] = spool.read()
-            spool.close()
 
         def text(p: Printer) -> None:
             with spool:
-                while piece := spool.read(1 << 20):
-                    p.write(piece)
+                if as_json:
+                    _write_json(p.write, data, spool, redact=redact)
+                else:
+                    _copy(spool, p.write, redact=redact)
 
-        return Output(data, text, redact=redact, verbatim=True)  # the record, byte for byte
+        # the record, byte for byte; written here, redacted or not, as a stream (``emit``
+        # would hold a redacted text, or a JSON document, whole in memory)
+        return Output(None, text, redact=False, verbatim=True)
 
-    run_command(ctx, go)
+    _run_streamed(ctx, go)
+
+
+def _run_streamed(ctx: click.Context, fn: Callable[[Store], Awaitable[Output]]) -> None:
+    """``run_command`` for a command that writes its ``--json`` document itself (the text
+    function of its ``Output``): ``--json`` stays on for errors, off for ``emit``."""
+    from ._app import get_app
+
+    app = get_app(ctx)
+    as_json = app.json
+
+    async def go(store: Store) -> Output:
+        out = await fn(store)
+        app.json = False  # nothing failed: the document is the output's text
+        return out
+
+    try:
+        run_command(ctx, go)
+    finally:
+        app.json = as_json
+
+
+def _copy(src: IO[str], write: Callable[[str], object], *, redact: bool) -> None:
+    sink = RedactingWriter(write) if redact else None
+    while piece := src.read(PIECE):
+        if sink is None:
+            write(piece)
+        else:
+            sink.write(piece)
+    if sink is not None:
+        sink.close()
+
+
+def _write_json(
+    write: Callable[[str], object], data: dict[str, Any], src: IO[str], *, redact: bool
+) -> None:
+    """``{**data, "text": <src's text>}`` as ``dumps`` writes it, the text a piece at a time."""
+    from store import redact_data
+
+    from ._render import dumps
+
+    doc = dumps({**(redact_data(data) if redact else data), "text": ""})
+    cut = doc.rindex('""') + 1  # the text's value is the document's last string
+    write(doc[:cut])
+    _copy(src, lambda piece: write(dumps(piece)[1:-1]), redact=redact)
+    write(doc[cut:] + "\n")
 
 
 async def _write_jsonl(store: Store, out: IO[str], msgs: Sequence[Message]) -> None:
