@@ -23,7 +23,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import pydantic_core
 from pydantic import BaseModel
@@ -36,6 +36,8 @@ from .models import (
     ToolResultBlock,
     ToolUseBlock,
 )
+
+M = TypeVar("M", bound=BaseModel)
 
 _TEXT = ("type", "text")
 _STORED = ("chars", "bytes", "chunks", "head", "tail", "sha256")
@@ -65,6 +67,19 @@ _set_dict = BaseModel.__dict__["__dict__"].__set__
 _set_fields = BaseModel.__dict__["__pydantic_fields_set__"].__set__
 _set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
 _set_private = BaseModel.__dict__["__pydantic_private__"].__set__
+
+
+def construct(cls: type[M], values: dict[str, Any], fields_set: set[str]) -> M:
+    """``cls.model_construct(**values)`` for values already valid, without its loop over the
+    fields: ``values`` holds every field, in the model's order (its JSON's order), and
+    ``fields_set`` (shared, never changed) those the caller gave. For the read path's hot loops
+    (here, and the model views of ``workers._request``)."""
+    m: M = _new(cls)
+    _set_dict(m, values)
+    _set_fields(m, fields_set)
+    _set_extra(m, None)
+    _set_private(m, None)
+    return m
 
 
 def _model(cls: type[Any], values: dict[str, Any], fields_set: set[str]) -> Any:
@@ -127,7 +142,8 @@ def _build(owner: str, first_seq: int, rows: Sequence[Sequence[Any]]) -> list[Me
     contents = pydantic_core.from_json("[" + ",".join([r[0] for r in rows]) + "]")
     new, set_dict, set_fields = _new, _set_dict, _set_fields
     set_extra, set_private = _set_extra, _set_private
-    shapes, message, message_set, result = _SHAPES, Message, _MESSAGE_SET, ToolResultBlock
+    shapes, message, message_set = _SHAPES, Message, _MESSAGE_SET
+    result, thinking = ToolResultBlock, ThinkingBlock
     stamps: dict[Any, datetime] = {}
     out: list[Message] = []
     append = out.append
@@ -137,25 +153,24 @@ def _build(owner: str, first_seq: int, rows: Sequence[Sequence[Any]]) -> list[Me
         if at is None:
             at = stamps[created_at] = _stamp(created_at)
         try:
-            if type(content) is not list or not content:
-                raise _Unknown
             blocks = []
-            for d in content:
-                known = shapes.get(tuple(d)) if type(d) is dict else None
-                if known is None or d["type"] != known[1]:
+            for d in content:  # a shape not in ``shapes``: KeyError; not a dict: TypeError
+                cls, kind, fields = shapes[tuple(d)]
+                if d["type"] != kind:
                     raise _Unknown
-                cls = known[0]
                 if cls is result and len(d) == 4 and type(d["content"]) is str:
                     d["stored"] = None  # the usual tool result: an inline text output
-                elif len(d) != 2 or cls is ThinkingBlock:
+                elif len(d) != 2 or cls is thinking:
                     _fill(cls, d)
                 b = new(cls)
                 set_dict(b, d)
-                set_fields(b, known[2])
+                set_fields(b, fields)
                 set_extra(b, None)
                 set_private(b, None)
                 blocks.append(b)
-        except _Unknown:
+            if not blocks:
+                raise _Unknown
+        except (_Unknown, KeyError, TypeError):
             # parsed again: building may have changed some of the parsed blocks
             append(_validated(owner, seq, role, pydantic_core.from_json(text), at))
         else:

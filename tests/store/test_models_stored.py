@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from store import (
     INLINE_LIMIT,
+    ContentBlock,
     Message,
     NewMessage,
     Store,
@@ -238,3 +239,23 @@ def test_a_large_build_gives_the_collector_back_as_it_found_it() -> None:
         assert not gc.isenabled()  # never turned on where the process had turned it off
     finally:
         gc.enable()
+
+
+def test_construct_builds_what_model_construct_builds() -> None:
+    from store._stored import construct
+
+    content: list[ContentBlock] = [
+        TextBlock(text="a"),
+        ToolResultBlock(tool_use_id="t", content="out"),
+    ]
+    want = NewMessage.model_construct(role="user", content=content)
+    got = construct(NewMessage, {"role": "user", "content": content}, {"role", "content"})
+    assert got == want and got.model_dump_json() == want.model_dump_json()
+    assert got.model_fields_set == want.model_fields_set
+    block = ToolResultBlock.model_construct(tool_use_id="t", content="x", is_error=True)
+    values = {"type": "tool_result", "tool_use_id": "t", "content": "x", "is_error": True}
+    built = construct(
+        ToolResultBlock, {**values, "stored": None}, {"tool_use_id", "content", "is_error"}
+    )
+    assert built == block and built.model_dump_json() == block.model_dump_json()
+    assert built.model_fields_set == block.model_fields_set
