@@ -74,7 +74,7 @@ async def spawn_workers(
 ) -> list[tuple[ThreadInfo, bool]]:
     """One worker thread per task (idempotent per lead tool_use id and task index): (thread,
     created now). ``isolation``: the job's worktree isolation, which places each worker."""
-    out = []
+    spawns = []
     iso = isolation
     for i, raw in enumerate(tasks):
         task_id = str(raw.get("id") or f"task-{i + 1}")
@@ -89,38 +89,38 @@ async def spawn_workers(
             tree = await iso.for_new_worker(tid, task_id)
             workspace = tree.workspace
             placement = tree.task_fields()
-        info, created = await store.dispatches.spawn(
-            lead_id=lead_id,
-            tool_use_id=tool_use_id,
-            task_index=i,
-            task_key=task_id,
-            thread_id=tid,
-            kind=Kind.WORKER,
-            title=str(raw.get("title") or task_id),
-            task={
-                "id": task_id,
-                "title": str(raw.get("title") or task_id),
-                "prompt": str(raw.get("prompt") or ""),
-                **placement,
-                "max_turns": job.worker.max_turns,
-                "timeout_s": job.worker.timeout_s,
-            },
-            system_prompt=worker_system_prompt(
-                thread_ref=ref,
-                workspace=workspace,
-                tools=tools,
-                notes_from=job.workspace_path,
-            ),
-            tools=[*tools, SUBMIT_RESULT],
-            model=spec,
-            messages=[
-                NewMessage.user(
-                    task_message(task_id, str(raw.get("title") or task_id), str(raw["prompt"]))
-                )
-            ],
+        spawns.append(
+            dict(
+                task_index=i,
+                task_key=task_id,
+                thread_id=tid,
+                kind=Kind.WORKER,
+                title=str(raw.get("title") or task_id),
+                task={
+                    "id": task_id,
+                    "title": str(raw.get("title") or task_id),
+                    "prompt": str(raw.get("prompt") or ""),
+                    **placement,
+                    "max_turns": job.worker.max_turns,
+                    "timeout_s": job.worker.timeout_s,
+                },
+                system_prompt=worker_system_prompt(
+                    thread_ref=ref,
+                    workspace=workspace,
+                    tools=tools,
+                    notes_from=job.workspace_path,
+                ),
+                tools=[*tools, SUBMIT_RESULT],
+                model=spec,
+                messages=[
+                    NewMessage.user(
+                        task_message(task_id, str(raw.get("title") or task_id), str(raw["prompt"]))
+                    )
+                ],
+            )
         )
-        out.append((info, created))
-    return out
+    # one transaction for the whole dispatch (a replayed one finds its rows and reuses them)
+    return await store.spawn_workers(lead_id=lead_id, tool_use_id=tool_use_id, workers=spawns)
 
 
 async def create_reader(
