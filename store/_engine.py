@@ -36,6 +36,10 @@ BUSY_TIMEOUT_MS = 30_000
 _MIGRATION_LOCK_KEY = 0x7412_00AD
 
 
+IDLE_IN_TRANSACTION_MS = 10_000
+"""PostgreSQL ends a session left idle inside a transaction this long (see ``Database``)."""
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -350,7 +354,16 @@ class Database:
             )
             self._sqlite_hooks(self.reader, begin="BEGIN", synchronous=synchronous)
         else:
-            self.writer = create_async_engine(self.url, pool_size=5, max_overflow=5)
+            # a host frozen or cut off mid-transaction would hold its row locks until it came
+            # back (its socket stays open); the server ends such a session instead, so another
+            # host can take its threads over (no transaction here spans a model call or a tool)
+            settings = {"idle_in_transaction_session_timeout": str(IDLE_IN_TRANSACTION_MS)}
+            self.writer = create_async_engine(
+                self.url,
+                pool_size=5,
+                max_overflow=5,
+                connect_args={"server_settings": settings},
+            )
             self.reader = self.writer
 
     @staticmethod

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 import structlog
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from . import _threads
@@ -24,7 +25,7 @@ from ._engine import finish_uncancelled, utcnow
 from ._liveness import owner_is_dead
 from ._tables import threads
 from .errors import LeaseHeld, LeaseLost
-from .models import ThreadInfo
+from .models import Status, ThreadInfo
 from .refs import format_ref
 
 if TYPE_CHECKING:
@@ -32,18 +33,28 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("store.leases")
 
+LOCK_WAIT_S = 2.0
+"""How long taking a lease waits for the thread's row on PostgreSQL (``_lock_row``)."""
+LOCK_NOT_AVAILABLE = "55P03"
+STALLED_S = 10.0
+"""A write transaction silent this long is a stalled writer's (``_end_stalled``)."""
+
 
 class Lease:
     """A held lease, as ``Leases.hold`` yields it. ``lost`` turns true when a renewal finds
     another owner; a holder that learns it otherwise (an append refused with ``LeaseLost``)
-    may set it too."""
+    may set it too. ``ending``/``released``: the holder's last write gives the lease up in its
+    own transaction (``Store.finish``); a renewal that then finds it gone is not a loss, and
+    ``hold`` has nothing left to release."""
 
-    __slots__ = ("lost", "owner", "thread_id")
+    __slots__ = ("ending", "lost", "owner", "released", "thread_id")
 
     def __init__(self, thread_id: str, owner: str) -> None:
         self.thread_id = thread_id
         self.owner = owner
         self.lost = False
+        self.ending = False
+        self.released = False
 
 
 async def _acquire(
@@ -51,10 +62,11 @@ async def _acquire(
     thread_id: str,
     owner: str,
     *,
-    now: datetime,
     ttl_s: float,
     replace: str | None,
+    start: Status | None = None,
 ) -> None:
+    now = await _lock_row(conn, thread_id)
     res = await conn.execute(
         threads.update()
         .where(
@@ -69,6 +81,17 @@ async def _acquire(
         .values(lease_owner=owner, lease_expires_at=now + timedelta(seconds=ttl_s))
     )
     if res.rowcount == 1:
+        if start is not None:  # the run's first status, in the lease's own transaction
+            await _threads.set_status(
+                conn,
+                thread_id,
+                start,
+                now=now,
+                error=None,
+                result=None,
+                expected=None,
+                lease_owner=owner,
+            )
         return
     info = await _threads.get(conn, thread_id)
     raise LeaseHeld(
@@ -78,7 +101,68 @@ async def _acquire(
     )
 
 
-async def _renew(conn: AsyncConnection, thread_id: str, owner: str, expires: datetime) -> bool:
+async def _lock_row(conn: AsyncConnection, thread_id: str) -> datetime:
+    """Lock the thread's row for this transaction and return the time it was got: a lease runs
+    from when it is taken, not from when it was asked for. (A taker that waited on the row and
+    dated its lease from before the wait was born expired: its own first append was refused,
+    "no longer holds the lease (held by <itself>)".) On PostgreSQL the wait is bounded
+    (``LOCK_WAIT_S``): the row may be held by a host frozen in mid-transaction, until the
+    server ends that session (``idle_in_transaction_session_timeout``), and this process's
+    every write waits behind this one — so the taker gives way with ``LeaseHeld`` (owner
+    ``None``: try again shortly). On SQLite the transaction's ``BEGIN IMMEDIATE`` already holds
+    the database."""
+    if conn.dialect.name == "postgresql":
+        await conn.execute(sa.text(f"SET LOCAL lock_timeout = {int(LOCK_WAIT_S * 1000)}"))
+        try:
+            await conn.execute(
+                sa.select(threads.c.id).where(threads.c.id == thread_id).with_for_update()
+            )
+        except sa_exc.DBAPIError as err:
+            if getattr(err.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            raise _RowLocked(
+                f"{format_ref(thread_id)}: its row stayed locked by another writer's open"
+                f" transaction for {LOCK_WAIT_S:g} s (a host frozen mid-write?); try again",
+                None,
+            ) from None
+    return utcnow()
+
+
+class _RowLocked(LeaseHeld):
+    """``_lock_row`` gave way: nobody holds the lease, a writer holds the row."""
+
+
+async def _end_stalled(conn: AsyncConnection) -> list[int]:
+    """End the sessions of this database that hold a write transaction (with a lock on the
+    threads table) open while waiting on their client for more than ``STALLED_S`` (a host
+    frozen or cut off mid-write: its row locks would stay until it came back). PostgreSQL's
+    own ``idle_in_transaction_session_timeout`` misses a client stopped between the messages
+    of one statement (the session is then ``active``, reading from the client); no
+    transaction of ours waits on its client that long.
+    Ending a session needs the same role (or ``pg_signal_backend``); without it, nothing."""
+    found = await conn.execute(
+        sa.text(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND backend_xid IS NOT NULL"
+            " AND wait_event = 'ClientRead' AND state_change < now() - make_interval(secs => :s)"
+            # only a writer of ours: one holding a lock on the threads table itself
+            " AND pid IN (SELECT l.pid FROM pg_locks l WHERE l.granted"
+            " AND l.relation = to_regclass('threads'))"
+        ),
+        {"s": STALLED_S},
+    )
+    ended = []
+    for (pid,) in found:
+        with contextlib.suppress(sa_exc.DBAPIError):
+            async with conn.begin_nested():
+                await conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+                ended.append(int(pid))
+    return ended
+
+
+async def _renew(conn: AsyncConnection, thread_id: str, owner: str, ttl_s: float) -> bool:
+    # dated inside the transaction, after any wait for this process's writer
+    expires = utcnow() + timedelta(seconds=ttl_s)
     res = await conn.execute(
         threads.update()
         .where(threads.c.id == thread_id, threads.c.lease_owner == owner)
@@ -95,6 +179,27 @@ async def _release(conn: AsyncConnection, thread_id: str, owner: str) -> None:
     )
 
 
+async def _abandon(conn: AsyncConnection, thread_id: str, owner: str, now: datetime) -> None:
+    """Give up a lease whose holder was stopped before it began: a thread it had moved to
+    ``running`` is left ``interrupted``."""
+    res = await conn.execute(
+        threads.update()
+        .where(threads.c.id == thread_id, threads.c.lease_owner == owner)
+        .values(lease_owner=None, lease_expires_at=None)
+    )
+    if res.rowcount == 1 and (await _threads.get(conn, thread_id)).status == Status.RUNNING:
+        await _threads.set_status(
+            conn,
+            thread_id,
+            Status.INTERRUPTED,
+            now=now,
+            error="interrupted",
+            result=None,
+            expected=None,
+            lease_owner=None,
+        )
+
+
 class Leases:
     """``store.leases``: acquire, renew, release, find stale ones, or ``hold`` one."""
 
@@ -102,22 +207,35 @@ class Leases:
         self._writer = writer
 
     async def acquire(
-        self, thread_id: str, owner: str, *, ttl_s: float = 60.0, replace: str | None = None
+        self,
+        thread_id: str,
+        owner: str,
+        *,
+        ttl_s: float = 60.0,
+        replace: str | None = None,
+        start: Status | None = None,
     ) -> None:
         """Make ``owner`` the one runner of the thread until the lease expires (renew it while
         running). Raises ``LeaseHeld`` when another owner holds a lease that has not expired —
-        unless that owner is ``replace`` (a runner the caller knows is dead)."""
-        now = utcnow()
-        await self._writer.run(
-            lambda c: _acquire(c, thread_id, owner, now=now, ttl_s=ttl_s, replace=replace),
-            where="acquiring a lease",
-        )
+        unless that owner is ``replace`` (a runner the caller knows is dead). ``start``: move
+        the thread to that status in the same transaction (``StatusError`` takes nothing)."""
+
+        def take(c: AsyncConnection) -> Awaitable[None]:
+            return _acquire(c, thread_id, owner, ttl_s=ttl_s, replace=replace, start=start)
+
+        try:
+            await self._writer.run(take, where="acquiring a lease")
+        except _RowLocked:
+            ended = await self._writer.run(_end_stalled, where="ending stalled writers")
+            if not ended:
+                raise
+            log.warning("lease.stalled_writers_ended", thread=format_ref(thread_id), pids=ended)
+            await self._writer.run(take, where="acquiring a lease")
 
     async def renew(self, thread_id: str, owner: str, *, ttl_s: float = 60.0) -> bool:
         """Extend the lease; False when ``owner`` no longer holds it."""
-        expires = utcnow() + timedelta(seconds=ttl_s)
         return await self._writer.run(
-            lambda c: _renew(c, thread_id, owner, expires), where="renewing a lease"
+            lambda c: _renew(c, thread_id, owner, ttl_s), where="renewing a lease"
         )
 
     async def release(self, thread_id: str, owner: str) -> None:
@@ -135,21 +253,31 @@ class Leases:
 
     @contextlib.asynccontextmanager
     async def hold(
-        self, thread_id: str, owner: str, *, ttl_s: float = 60.0
+        self, thread_id: str, owner: str, *, ttl_s: float = 60.0, start: Status | None = None
     ) -> AsyncIterator[Lease]:
         """Hold the thread's lease for the block: acquired (taken over from an owner whose
         process is dead, ``owner_is_dead``; ``LeaseHeld`` when it lives), renewed every
         ``ttl_s / 3`` in the background, released on the way out whatever happens. When a
         renewal finds the lease gone, ``Lease.lost`` is set and the holding task is cancelled;
         that cancellation leaves the block as ``LeaseLost`` (a cancellation from anyone else
-        stays a cancellation)."""
+        stays a cancellation). ``start``: the status the thread takes with the lease (one
+        transaction, ``acquire``)."""
         holder = asyncio.current_task()
         lease = Lease(thread_id, owner)
         renewer: asyncio.Task[None] | None = None
         try:
             # inside the try: a cancellation that lands just after the lease was written must
             # still release it (the write itself is finished even if we are cancelled)
-            await self._take(thread_id, owner, ttl_s)
+            try:
+                await self._take(thread_id, owner, ttl_s, start)
+            except asyncio.CancelledError:
+                if start is not None:
+                    # the take may have been written before the cancellation landed: the
+                    # thread is then ``start`` under this lease and never ran — interrupted
+                    with contextlib.suppress(Exception):
+                        await finish_uncancelled(self._abandon(thread_id, owner))
+                        lease.released = True
+                raise
             renewer = asyncio.create_task(self._keep(lease, ttl_s, holder))
             try:
                 yield lease
@@ -165,17 +293,26 @@ class Leases:
                 renewer.cancel()
                 # waited for without swallowing a cancellation of the holder (it goes on up)
                 await finish_uncancelled(asyncio.wait([renewer]))
-            with contextlib.suppress(Exception):
-                await finish_uncancelled(self.release(thread_id, owner))
+            if not lease.released:
+                with contextlib.suppress(Exception):
+                    await finish_uncancelled(self.release(thread_id, owner))
 
-    async def _take(self, thread_id: str, owner: str, ttl_s: float) -> None:
+    async def _abandon(self, thread_id: str, owner: str) -> None:
+        now = utcnow()
+        await self._writer.run(
+            lambda c: _abandon(c, thread_id, owner, now), where="releasing a lease"
+        )
+
+    async def _take(
+        self, thread_id: str, owner: str, ttl_s: float, start: Status | None = None
+    ) -> None:
         try:
-            await self.acquire(thread_id, owner, ttl_s=ttl_s)
+            await self.acquire(thread_id, owner, ttl_s=ttl_s, start=start)
         except LeaseHeld as held:
             if not owner_is_dead(held.owner):
                 raise
             log.warning("lease.taken_over", thread=format_ref(thread_id), dead_owner=held.owner)
-            await self.acquire(thread_id, owner, ttl_s=ttl_s, replace=held.owner)
+            await self.acquire(thread_id, owner, ttl_s=ttl_s, replace=held.owner, start=start)
 
     async def _keep(self, lease: Lease, ttl_s: float, holder: asyncio.Task[object] | None) -> None:
         """Renew until cancelled; when the lease cannot be renewed (another runner took it),
@@ -188,6 +325,8 @@ class Leases:
                 log.warning("lease.renew_failed", error=str(exc))
                 continue
             if not held:
+                if lease.ending:
+                    return  # given up by the holder's last write, not taken from it
                 log.warning("lease.lost", thread=format_ref(lease.thread_id))
                 lease.lost = True
                 if holder is not None:

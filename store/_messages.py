@@ -151,9 +151,16 @@ def admit(
     head, pending = st
     if p.lease_owner is not None and leases[p.thread_id] != (p.lease_owner, True):
         holder = leases[p.thread_id][0]
+        # owners are one per run (host:pid:nonce), so a holder equal to the appender is its
+        # own lease, expired: said so, not "held by <itself>"
+        why = (
+            "its lease expired before this append and was not renewed in time"
+            if holder == p.lease_owner
+            else f"the lease is held by {holder or 'nobody'}"
+        )
         return LeaseLost(
-            f"{format_ref(p.thread_id)}: {p.lease_owner} no longer holds the lease"
-            f" (held by {holder or 'nobody'}); nothing was appended",
+            f"{format_ref(p.thread_id)}: {p.lease_owner} no longer holds the lease ({why});"
+            " nothing was appended",
             holder,
         )
     try:
