@@ -10,6 +10,7 @@ modules per table family (``_threads``, ``_messages``, ``_search``), histories i
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -17,10 +18,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from . import _outputs, _search, _threads
 from ._checkpoints import Checkpoints
 from ._dispatches import Dispatches
+from ._dispatches import _set_status as set_dispatch_status
+from ._dispatches import _spawn as spawn_dispatch
 from ._engine import Database, utcnow
+from ._exclusive import exclusive
 from ._history import History, raw_messages
 from ._invariants import check_append
-from ._leases import Leases
+from ._leases import Lease, Leases
+from ._leases import _release as release_lease
 from ._ledger import Ledger
 from ._liveness import as_seen
 from ._outputs import OutputFile
@@ -162,7 +167,7 @@ class Store:
         """The visible history of a thread (inherited messages of a fork included), or the
         range ``start..end`` (inclusive; ``end=None`` means to the end)."""
         if self.db.raw is not None:
-            return await raw_messages(self.db.raw, thread_id, start, end)
+            return await raw_messages(self.db.raw, thread_id, start, end, self._history)
         return await self.db.read(
             lambda c: self._history.read_range(c, thread_id, start, end), where="reading messages"
         )
@@ -338,6 +343,81 @@ class Store:
             return await self._writer.terminal(fn, where="setting a status")
         return await self._writer.run(fn, where="setting a status")
 
+    async def finish(
+        self,
+        lease: Lease,
+        status: Status,
+        *,
+        error: str | None = None,
+        result: Result | None = None,
+    ) -> ThreadInfo:
+        """A run's last write, in one transaction: the terminal ``status`` (with ``error`` and
+        ``result``; ``set_status`` with ``lease_owner``, so ``LeaseLost`` writes nothing), the
+        lease given up, and the thread's dispatch row (if it has one) marked with the status.
+        Shielded like every terminal write; ``lease.released`` tells ``Leases.hold`` so."""
+        if not status.terminal:
+            raise ValueError(f"finish needs a terminal status, not {status}")
+        tid, owner, now = lease.thread_id, lease.owner, utcnow()
+
+        async def fn(conn: AsyncConnection) -> ThreadInfo:
+            info = await _threads.set_status(
+                conn,
+                tid,
+                status,
+                now=now,
+                error=error,
+                result=result,
+                expected=None,
+                lease_owner=owner,
+            )
+            await release_lease(conn, tid, owner)
+            await set_dispatch_status(conn, tid, str(status), now)
+            return info
+
+        lease.ending = True
+        info = await self._writer.terminal(fn, where="finishing a run")
+        lease.released = True
+        return info
+
+    async def spawn_workers(
+        self, *, lead_id: str, tool_use_id: str, workers: Sequence[Mapping[str, Any]]
+    ) -> list[tuple[ThreadInfo, bool]]:
+        """``dispatches.spawn`` for every task of one lead ``tool_use``, in one transaction
+        (a 100-task dispatch is one commit, not 100). Each mapping holds ``spawn``'s keywords
+        after ``lead_id``/``tool_use_id``: ``task_index`` and ``task_key`` (required),
+        ``thread_id``, ``kind``, ``title``, ``task``, ``system_prompt``, ``tools``, ``model``,
+        ``messages``. Returns (thread, created) per mapping, in order."""
+        now = utcnow()
+        calls = []
+        for raw in workers:
+            w = dict(raw)
+            messages = w.pop("messages", ())
+            check_append((), 0, messages)
+            index, key = w.pop("task_index"), w.pop("task_key")
+            values = {
+                "id": w.pop("thread_id", None) or new_id(),
+                "kind": str(Kind(w.pop("kind", Kind.WORKER))),
+                "title": w.pop("title", ""),
+                "task": w.pop("task", None),
+                "system_prompt": w.pop("system_prompt", None),
+                "tools": list(w.pop("tools", ())),
+                "model": w.pop("model", None),
+            }
+            if w:
+                raise TypeError(f"unknown spawn keywords: {', '.join(sorted(w))}")
+            calls.append((index, key, messages, values))
+
+        async def fn(conn: AsyncConnection) -> list[tuple[ThreadInfo, bool]]:
+            return [
+                await spawn_dispatch(
+                    conn, now, msgs, lead_id=lead_id, tool_use_id=tool_use_id,
+                    task_index=index, task_key=key, **values,
+                )
+                for index, key, msgs, values in calls
+            ]  # fmt: skip
+
+        return await self._writer.run(fn, where="spawning workers")
+
     async def set_result(self, thread_id: str, result: Result) -> None:
         payload = result.model_dump(mode="json", exclude_none=True)
         now = utcnow()
@@ -364,6 +444,19 @@ class Store:
         return await self._writer.run(
             lambda c: _threads.update(c, thread_id, values, now), where="updating a thread"
         )
+
+    async def adopt(self, thread_id: str, parent_id: str) -> ThreadInfo:
+        """Hang a thread without a parent under ``parent_id``, its job joining the parent's
+        (``_threads.adopt``): a subagent imported before the session that spawned it."""
+        now = utcnow()
+        return await self._writer.run(
+            lambda c: _threads.adopt(c, thread_id, parent_id, now), where="adopting a thread"
+        )
+
+    def exclusive(self, name: str) -> AbstractAsyncContextManager[None]:
+        """``async with store.exclusive(name):`` one holder at a time across every process of
+        this database (``_exclusive``); never taken while a write is under way."""
+        return exclusive(self.db, name)
 
     # ----------------------------------------------------------------- search
 

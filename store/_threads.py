@@ -35,6 +35,8 @@ ALLOWED: dict[Status, frozenset[Status]] = {
 for _terminal in (Status.DONE, Status.FAILED, Status.INTERRUPTED, Status.CANCELLED):
     # a finished thread can be resumed
     ALLOWED[_terminal] = frozenset({Status.QUEUED, Status.RUNNING})
+# a run stopped because its user cancelled it: the stop leaves it interrupted, the cancel says why
+ALLOWED[Status.INTERRUPTED] |= {Status.CANCELLED}
 
 
 def thread_from_row(row: sa.Row[Any]) -> ThreadInfo:
@@ -267,4 +269,26 @@ async def update(
             .where(threads.c.id == thread_id)
             .values(**values, updated_at=now, version=threads.c.version + 1)
         )
+    return await get(conn, thread_id)
+
+
+async def adopt(conn: AsyncConnection, thread_id: str, parent_id: str, now: datetime) -> ThreadInfo:
+    """Hang a thread that has no parent under ``parent_id``: its parent becomes that thread and
+    its job (every thread of it, when it was a job of its own) joins the parent's job. A thread
+    that has a parent already, or whose job holds the parent (a cycle), is left as it is."""
+    info = await get(conn, thread_id)
+    job = await job_of(conn, parent_id)
+    if info.parent_id is not None or job == info.job_id:
+        return info
+    if info.job_id == info.id:  # a job of its own: all of it moves
+        await conn.execute(
+            threads.update()
+            .where(threads.c.job_id == info.id)
+            .values(job_id=job, updated_at=now, version=threads.c.version + 1)
+        )
+    await conn.execute(
+        threads.update()
+        .where(threads.c.id == thread_id)
+        .values(parent_id=parent_id, job_id=job, updated_at=now, version=threads.c.version + 1)
+    )
     return await get(conn, thread_id)

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-from store import Message, NewMessage, ToolResultBlock, format_ref
+from store import ContentBlock, Message, NewMessage, ToolResultBlock, format_ref
+from store._stored import construct
 
 from ._protocol import ModelRequest, ToolSpec
 
@@ -61,21 +62,30 @@ def capped_view(block: ToolResultBlock, cap: int, ref: str) -> str:
 def model_view(msg: Message, cap: int) -> NewMessage:
     """What the model sees of one stored message. Each tool output is labelled with the ref of
     the message that stores it (so a worker can cite it as evidence), and outputs over ``cap``
-    are shortened. Both depend only on what is stored, so the view is the same on every call."""
-    if msg.role != "user" or not any(isinstance(b, ToolResultBlock) for b in msg.content):
-        return NewMessage.model_construct(role=msg.role, content=msg.content)
+    are shortened. Both depend only on what is stored, so the view is the same on every call.
+    Built from validated parts, so nothing is validated again (``construct``: what
+    ``model_construct`` builds, without its loop over the fields)."""
+    content = msg.content
+    if msg.role != "user" or ToolResultBlock not in map(type, content):
+        return construct(NewMessage, {"role": msg.role, "content": content}, _VIEW_FIELDS)
     ref = format_ref(msg.thread_id, msg.seq)
-    blocks = []
-    for b in msg.content:
+    blocks: list[ContentBlock] = []
+    for b in content:
         if isinstance(b, ToolResultBlock):
-            # built from a validated block and a str: nothing here needs validating again
-            b = ToolResultBlock.model_construct(
-                tool_use_id=b.tool_use_id,
-                content=f"[{ref}]\n{capped_view(b, cap, ref)}",
-                is_error=b.is_error,
-            )
+            values = {
+                "type": "tool_result",
+                "tool_use_id": b.tool_use_id,
+                "content": f"[{ref}]\n{capped_view(b, cap, ref)}",
+                "is_error": b.is_error,
+                "stored": None,
+            }
+            b = construct(ToolResultBlock, values, _RESULT_FIELDS)
         blocks.append(b)
-    return NewMessage.model_construct(role=msg.role, content=blocks)
+    return construct(NewMessage, {"role": msg.role, "content": blocks}, _VIEW_FIELDS)
+
+
+_VIEW_FIELDS = {"role", "content"}
+_RESULT_FIELDS = {"tool_use_id", "content", "is_error"}
 
 
 class RequestBuilder:

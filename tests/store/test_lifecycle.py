@@ -29,7 +29,7 @@ ALLOWED = {
     S.RUNNING: {S.DONE, S.FAILED, S.INTERRUPTED, S.CANCELLED},
     S.DONE: {S.QUEUED, S.RUNNING},
     S.FAILED: {S.QUEUED, S.RUNNING},
-    S.INTERRUPTED: {S.QUEUED, S.RUNNING},
+    S.INTERRUPTED: {S.QUEUED, S.RUNNING, S.CANCELLED},  # a stopped run its user cancelled
     S.CANCELLED: {S.QUEUED, S.RUNNING},
 }
 # how to reach each status from idle
