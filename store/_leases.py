@@ -180,8 +180,9 @@ async def _release(conn: AsyncConnection, thread_id: str, owner: str) -> None:
 
 
 async def _abandon(conn: AsyncConnection, thread_id: str, owner: str, now: datetime) -> None:
-    """Give up a lease whose holder was stopped before it began: a thread it had moved to
-    ``running`` is left ``interrupted``."""
+    """Give up a lease whose holder stopped without writing its run's end (it was stopped
+    before it began, or an error escaped the run): a thread it had moved to ``running`` is left
+    ``interrupted``."""
     res = await conn.execute(
         threads.update()
         .where(threads.c.id == thread_id, threads.c.lease_owner == owner)
@@ -257,7 +258,8 @@ class Leases:
     ) -> AsyncIterator[Lease]:
         """Hold the thread's lease for the block: acquired (taken over from an owner whose
         process is dead, ``owner_is_dead``; ``LeaseHeld`` when it lives), renewed every
-        ``ttl_s / 3`` in the background, released on the way out whatever happens. When a
+        ``ttl_s / 3`` in the background, released on the way out whatever happens (a thread
+        the block leaves ``running`` is then ``interrupted``: nobody runs it). When a
         renewal finds the lease gone, ``Lease.lost`` is set and the holding task is cancelled;
         that cancellation leaves the block as ``LeaseLost`` (a cancellation from anyone else
         stays a cancellation). ``start``: the status the thread takes with the lease (one
@@ -294,8 +296,12 @@ class Leases:
                 # waited for without swallowing a cancellation of the holder (it goes on up)
                 await finish_uncancelled(asyncio.wait([renewer]))
             if not lease.released:
+                # the block left without the run's last write (``Store.finish``): an error
+                # escaped it, or the end itself could not be written. A thread left ``running``
+                # with no lease would read ``running`` for ever with nobody running it: it is
+                # left ``interrupted`` (resumable), as after a crash
                 with contextlib.suppress(Exception):
-                    await finish_uncancelled(self.release(thread_id, owner))
+                    await finish_uncancelled(self._abandon(thread_id, owner))
 
     async def _abandon(self, thread_id: str, owner: str) -> None:
         now = utcnow()
