@@ -67,6 +67,18 @@ def _workers(cluster: Cluster) -> list[dict[str, Any]]:
     return list(cluster.json("ls", "--kind", "worker"))
 
 
+def _story(cluster: Cluster) -> str:
+    """What the hosts logged about their runs, for a failure's message."""
+    keys = ("temporal.run", "thread.finished", "warning", "error", "Traceback", "lease.")
+    out = []
+    for log in sorted((cluster.root / "hosts").glob("*/worker.log")):
+        lines = [
+            ln for ln in log.read_text(errors="replace").splitlines() if any(k in ln for k in keys)
+        ]
+        out.append(f"== {log.parent.name}\n" + "\n".join(ln[:300] for ln in lines[-60:]))
+    return "\n".join(out)
+
+
 def _slow_owner_pid(cluster: Cluster) -> int:
     async def owner(store: Store) -> str | None:
         for t in await store.list_threads(kind="worker"):
@@ -116,7 +128,8 @@ def test_a_host_killed_mid_tool_has_its_thread_resumed_on_another(
     assert lead.returncode == 0, err
     assert '"six reported"' in out
     workers = _workers(cluster)
-    assert len(workers) == 6 and all(w["status"] == "done" for w in workers)
+    statuses = {w["title"]: w["status"] for w in workers}
+    assert len(workers) == 6 and set(statuses.values()) == {"done"}, (statuses, _story(cluster))
     assert len(_lines(cluster, "slow.log")) == 1  # the killed tool was not run again
     results = _all_answered(cluster, workers[0]["job"])
     # nor any quick one: each ran at most once; one the host was running when it died may

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger("threadloom.temporal")
 
 ENDED = (Status.DONE, Status.FAILED, Status.CANCELLED)
+UNENDED_ATTEMPTS = 5
+"""Attempts that may stop with an error and the thread not ended before one is reported as
+the run's outcome (``interrupted``, with that error) instead of retried."""
 
 
 class Host:
@@ -94,8 +97,19 @@ class Host:
             except asyncio.CancelledError:
                 raise  # the loop left the thread interrupted, every tool call answered
             except Exception as exc:
-                log.warning("worker.crashed", thread=info.ref, error=str(exc))
+                log.warning("worker.crashed", thread=info.ref, error=str(exc), attempt=attempt)
                 latest = await self.store.get_thread(info.id)
+                if latest.status not in ENDED and (
+                    attempt < UNENDED_ATTEMPTS or activity.is_worker_shutdown()
+                ):
+                    # the run stopped without its end (the thread is left interrupted: the
+                    # host's database connection was cut, the host is stopping): not a report
+                    # — the lead would take a thread nobody runs for finished. The next
+                    # attempt resumes it, here or on another host
+                    raise ApplicationError(
+                        f"{info.ref}: the run stopped before its end: {exc}",
+                        type=type(exc).__name__,
+                    ) from None
                 return RunReport(str(latest.status), str(exc))
             return RunReport(str(outcome.status), outcome.error)
         finally:
