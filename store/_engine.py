@@ -138,17 +138,21 @@ async def finish_uncancelled(coro: Coroutine[Any, Any, T]) -> T:
     half-done or skipped because the task that asked for them was cancelled."""
     task = asyncio.ensure_future(coro)
     cancelled = False
-    while True:
+    while not task.done():
         try:
-            result = await asyncio.shield(task)
-            break
+            await asyncio.shield(task)
         except asyncio.CancelledError:
-            if task.done():
-                raise
-            cancelled = True
+            cancelled = cancelled or not task.cancelled()
+        except BaseException:  # the task's own error, raised below
+            pass
     if cancelled:
+        # the caller's cancellation wins over the work's own error (a write that failed once
+        # its caller was cancelled): raising the error instead lost the cancellation, and a
+        # loop that retries on errors — a lease's renewer — then never stopped
+        if not task.cancelled():
+            task.exception()  # retrieved: it was the caller's to know only as cancelled
         raise asyncio.CancelledError
-    return result
+    return task.result()
 
 
 class RawSqliteReader:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -118,7 +119,7 @@ async def run_tools(run: _Run, uses: list[ToolUseBlock]) -> dict[str, ToolOutput
     except asyncio.CancelledError:
         # waited for to its end (not merely shielded): a second cancellation must not let the
         # caller's cleanup read the history before these answers are in it and answer again
-        await finish_uncancelled(answer(run, uses, outputs))
+        await cleanup_cancelled(answer(run, uses, outputs), "tool_calls.answer_not_stored")
         raise
     submits = [u for u in uses if u.name == SUBMIT_RESULT]
     for i, u in enumerate(submits):
@@ -141,6 +142,19 @@ async def invoke(run: _Run, use: ToolUseBlock) -> ToolOutput:
     except Exception as exc:  # a tool bug must not take the thread down: the model is told
         log.exception("tool.crashed", tool=use.name)
         return ToolOutput(f"{use.name} failed: {type(exc).__name__}: {exc}", is_error=True)
+
+
+async def cleanup_cancelled(cleanup: Coroutine[Any, Any, object], event: str) -> None:
+    """Run a cancelled run's cleanup (its writes) to its end whatever else is cancelled
+    meanwhile. When the cleanup itself fails (the database went away, or is locked for longer
+    than its busy timeout) that is logged as ``event`` and the caller re-raises its
+    cancellation: the run still ends *cancelled* — an error here must not take the place of the
+    cancellation, or the run's caller would take a thread nobody runs for one that ended —
+    and the lease's release leaves the thread ``interrupted``."""
+    try:
+        await finish_uncancelled(cleanup)
+    except Exception as exc:
+        log.error(event, error=str(exc))
 
 
 async def submit(run: _Run, use: ToolUseBlock) -> ToolOutput:

@@ -43,7 +43,7 @@ from store import (
 )
 
 from ._calls import INTERRUPTED_RESULT as INTERRUPTED_RESULT
-from ._calls import answer, run_tools, store_message, tool_spec
+from ._calls import answer, cleanup_cancelled, run_tools, store_message, tool_spec
 from ._nudges import EMPTY_REPLY_SUMMARY, nudge_text, reply_text
 from ._protocol import Model, ModelResponse, ToolSpec, result_nudges
 from ._request import DEFAULT_OUTPUT_CAP, RequestBuilder
@@ -315,7 +315,7 @@ async def _drive(run: _Run) -> RunOutcome:
     except asyncio.CancelledError:
         # one shielded cleanup, run to its end whatever else is cancelled meanwhile: a second
         # cancellation must not skip the terminal status (nor race the answers into the record)
-        await finish_uncancelled(_end_interrupted(run))
+        await cleanup_cancelled(_end_interrupted(run), "thread.interrupt_not_stored")
         raise
     except DatabaseError as exc:
         # the world, not a bug (the disk is full, the database went away): one line, no
