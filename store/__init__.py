@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ._outputs import INLINE_LIMIT, MAX_OUTPUT_BYTES, OutputFile
     from ._redact import MASK, configured_secrets, redact, redact_data, refresh_secrets
     from ._store import Store
+    from ._stored import construct_model
     from ._transcript import (
         content_json,
         dump_transcript,
@@ -118,6 +119,7 @@ _WHERE = {
     "UsageTotal": "._ledger",
     "Verification": ".models",
     "configured_secrets": "._redact",
+    "construct_model": "._stored",
     "content_json": "._transcript",
     "database_url": "._engine",
     "dump_transcript": "._transcript",
@@ -183,6 +185,7 @@ __all__ = [
     "UsageTotal",
     "Verification",
     "configured_secrets",
+    "construct_model",
     "content_json",
     "database_url",
     "dump_transcript",

@@ -231,7 +231,7 @@ def _inline_read(
     if sum(hi - lo + 1 for _, lo, hi in segs) > INLINE_ROWS:
         return segs, None
     rows = raw_rows(conn, segs)
-    if sum(len(r[0]) for *_, rs in rows for r in rs) > INLINE_CHARS:
+    if sum([len(r[0]) for *_, rs in rows for r in rs]) > INLINE_CHARS:
         return segs, None
     return segs, rows
 

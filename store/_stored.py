@@ -69,17 +69,21 @@ _set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
 _set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
-def construct(cls: type[M], values: dict[str, Any], fields_set: set[str]) -> M:
+def construct_model(cls: type[M], values: dict[str, Any], fields_set: set[str]) -> M:
     """``cls.model_construct(**values)`` for values already valid, without its loop over the
     fields: ``values`` holds every field, in the model's order (its JSON's order), and
     ``fields_set`` (shared, never changed) those the caller gave. For the read path's hot loops
-    (here, and the model views of ``workers._request``)."""
+    (here, and the model views of ``workers._request``); public as ``store.construct_model``."""
     m: M = _new(cls)
     _set_dict(m, values)
     _set_fields(m, fields_set)
     _set_extra(m, None)
     _set_private(m, None)
     return m
+
+
+construct = construct_model
+"""The module's name for it before it was public."""
 
 
 def _model(cls: type[Any], values: dict[str, Any], fields_set: set[str]) -> Any:
@@ -144,42 +148,46 @@ def _build(owner: str, first_seq: int, rows: Sequence[Sequence[Any]]) -> list[Me
     set_extra, set_private = _set_extra, _set_private
     shapes, message, message_set = _SHAPES, Message, _MESSAGE_SET
     result, thinking = ToolResultBlock, ThinkingBlock
-    stamps: dict[Any, datetime] = {}
+    last: Any = _NO_STAMP
+    at = _EPOCH
     out: list[Message] = []
     append = out.append
     seq = first_seq
-    for (text, role, created_at), content in zip(rows, contents, strict=True):
-        at = stamps.get(created_at)
-        if at is None:
-            at = stamps[created_at] = _stamp(created_at)
+    for (_, role, created_at), content in zip(rows, contents, strict=True):
+        if created_at != last:  # every message of one append shares its timestamp
+            at = _stamp(created_at)
+            last = created_at
         try:
-            blocks = []
+            i = 0
             for d in content:  # a shape not in ``shapes``: KeyError; not a dict: TypeError
                 cls, kind, fields = shapes[tuple(d)]
                 if d["type"] != kind:
                     raise _Unknown
                 if cls is result and len(d) == 4 and type(d["content"]) is str:
                     d["stored"] = None  # the usual tool result: an inline text output
-                elif len(d) != 2 or cls is thinking:
+                elif cls is result or cls is thinking:  # text and tool_use: nothing to fill
                     _fill(cls, d)
                 b = new(cls)
                 set_dict(b, d)
                 set_fields(b, fields)
                 set_extra(b, None)
                 set_private(b, None)
-                blocks.append(b)
-            if not blocks:
+                content[i] = b  # the parsed list becomes the message's: one list fewer
+                i += 1
+            if not i:
                 raise _Unknown
         except (_Unknown, KeyError, TypeError):
             # parsed again: building may have changed some of the parsed blocks
-            append(_validated(owner, seq, role, pydantic_core.from_json(text), at))
+            append(
+                _validated(owner, seq, role, pydantic_core.from_json(rows[seq - first_seq][0]), at)
+            )
         else:
             m = new(message)
             set_dict(
                 m,
                 {
                     "role": role,
-                    "content": blocks,
+                    "content": content,
                     "seq": seq,
                     "thread_id": owner,
                     "created_at": at,
@@ -191,6 +199,10 @@ def _build(owner: str, first_seq: int, rows: Sequence[Sequence[Any]]) -> list[Me
             append(m)
         seq += 1
     return out
+
+
+_NO_STAMP = object()
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _validated(thread_id: str, seq: int, role: str, content: Any, at: datetime) -> Message:
@@ -222,7 +234,15 @@ def gc_paused(rows: int) -> Iterator[None]:
     cycles, but each is a container the collector counts: a 20,000-message history set off
     full collections over every object of the process about as long as the build itself. A
     pause (taken by the first of concurrent builds, given back by the last; never turned on
-    where the process had turned it off) costs one young-generation pass afterwards."""
+    where the process had turned it off).
+
+    Given back, the models would still cost a young-generation pass over every one of them
+    (a tenth of the build) and then count towards the next full collection, though a loaded
+    history is long-lived by nature. So the last build out moves what the collector tracks
+    into the oldest generation (``gc.freeze()`` then ``gc.unfreeze()``: two list splices, no
+    pass) before turning it back on: what is garbage among the young objects of that moment
+    waits for the next full collection, which sees them all as before. A process that froze
+    objects itself (``gc.get_freeze_count()``) keeps its frozen set: then no move."""
     global _gc_holders, _gc_was_enabled
     if rows < GC_PAUSE_ROWS:
         yield
@@ -238,4 +258,7 @@ def gc_paused(rows: int) -> Iterator[None]:
         with _gc_lock:
             _gc_holders -= 1
             if _gc_holders == 0 and _gc_was_enabled:
+                if not gc.get_freeze_count():
+                    gc.freeze()
+                    gc.unfreeze()
                 gc.enable()

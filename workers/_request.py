@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 
 from store import ContentBlock, Message, NewMessage, ToolResultBlock, format_ref
-from store._stored import construct
+from store import construct_model as construct
 
 from ._protocol import ModelRequest, ToolSpec
 
