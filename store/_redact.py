@@ -28,6 +28,11 @@ SECRET_NAME_MARKERS = ("KEY", "SECRET", "TOKEN", "PASSWORD")
 CONFIGURED_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 MIN_SECRET_CHARS = 8
 
+_START = r"(?:(?<!\w)|(?<=\\[nrtbf])|(?<=\\u[0-9A-Fa-f]{4}))"
+"""Where a token may start: not after a word character — or after a JSON escape (``\\n``,
+``\\u2028``), whose last character is one, so that a token is found in a JSON text as in the
+text it encodes (``export --redact`` masks the JSON it writes)."""
+
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (
         re.compile(
@@ -35,18 +40,18 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
         ),
         r"-----BEGIN \1PRIVATE KEY-----…[REDACTED]…-----END \1PRIVATE KEY-----",
     ),
-    (re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{8,}"), "sk-ant-…" + MASK),
-    (re.compile(r"\bsk-proj-[A-Za-z0-9_\-]{8,}"), "sk-proj-…" + MASK),
-    (re.compile(r"\bsk-(?!ant-|proj-)[A-Za-z0-9_\-]{16,}"), "sk-…" + MASK),
-    (re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b"), r"\1…" + MASK),
+    (re.compile(_START + r"sk-ant-[A-Za-z0-9_\-]{8,}"), "sk-ant-…" + MASK),
+    (re.compile(_START + r"sk-proj-[A-Za-z0-9_\-]{8,}"), "sk-proj-…" + MASK),
+    (re.compile(_START + r"sk-(?!ant-|proj-)[A-Za-z0-9_\-]{16,}"), "sk-…" + MASK),
+    (re.compile(_START + r"(AKIA|ASIA)[0-9A-Z]{16}\b"), r"\1…" + MASK),
     (
         re.compile(
             r"(?i)(aws_secret_access_key[\"']?\s*[:=]\s*[\"']?)[A-Za-z0-9/+=]{40}(?![A-Za-z0-9/+=])"
         ),
         r"\1" + MASK,
     ),
-    (re.compile(r"\b(gh[pousr]_)[A-Za-z0-9]{20,}"), r"\1…" + MASK),
-    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"), "github_pat_…" + MASK),
+    (re.compile(_START + r"(gh[pousr]_)[A-Za-z0-9]{20,}"), r"\1…" + MASK),
+    (re.compile(_START + r"github_pat_[A-Za-z0-9_]{20,}"), "github_pat_…" + MASK),
 )
 
 _configured: tuple[str, ...] | None = None

@@ -6,7 +6,8 @@ a time, exactly as ``redact`` would mask the whole text at once. It holds back a
 it was given and cuts only where no secret can straddle the cut:
 
 - every secret-looking token (``sk-…``, ``AKIA…``, ``ghp_…``) is a run of ``[A-Za-z0-9_-/+=]``:
-  a cut right after a character outside that class never splits one;
+  a cut right after a character outside that class (and not a backslash, which in JSON begins
+  an escape a token may follow: ``\nsk-…``) never splits one;
 - a configured secret value (any characters) or an ``aws_secret_access_key = …`` assignment is
   never cut: the held tail is longer than either can be, and a cut inside one found in the
   buffer moves before it;
@@ -100,5 +101,7 @@ class RedactingWriter:
 
 
 _RUN = re.compile(r"[A-Za-z0-9_\-/+=]+")
-_LAST_SEPARATOR = re.compile(r"(?s).*[^A-Za-z0-9_\-/+=]")
+_LAST_SEPARATOR = re.compile(r"(?s).*[^A-Za-z0-9_\-/+=\\]")
+# (never right after a backslash: in JSON it begins an escape — ``\n`` — after which a token
+# may start, ``store._redact._START``; the escape and the token stay in one piece)
 _MASKED_AT_END = re.compile(r"\[REDACTED\]\Z")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cli._redacting import PIECE, RedactingWriter
+from orchestrator.cli._redacting import HOLD, PIECE, RedactingWriter
 from store import NewMessage, OutputFile, Store, ToolResultBlock, ToolUseBlock, redact
 from store._redact import refresh_secrets
 
@@ -162,7 +162,8 @@ def test_streamed_redaction_masks_what_redact_masks_in_the_whole_text(
         parts = []
         while sum(map(len, parts)) < 9 * PIECE:
             parts.append(LINE * rng.randint(1, 3000))
-            parts.append(rng.choice([" ", "\n", '"', ""]) + rng.choice(secrets))
+            # JSON escapes too (``\\n``, ``\\u2028``): a token may start right after one
+            parts.append(rng.choice([" ", "\n", '"', "", "\\n", "\\u2028"]) + rng.choice(secrets))
         parts.append(" sk-ant-" + "Z" * (3 * PIECE) + " tail")  # a token longer than a piece
         text = "".join(parts)
         got: list[str] = []
@@ -177,3 +178,15 @@ def test_streamed_redaction_masks_what_redact_masks_in_the_whole_text(
     finally:
         monkeypatch.delenv("MY_SERVICE_PASSWORD")
         refresh_secrets()
+
+
+def test_a_piece_is_never_cut_between_a_json_escape_and_the_token_after_it() -> None:
+    """The only separator near the cut is the backslash of ``\\n``: cut there, the next piece
+    began with ``nsk-ant-…`` and the token was no longer seen as one."""
+    text = "y" * PIECE + " " + "x" * 100 + "\\nsk-ant-" + "Q" * 40 + "z" * (2 * PIECE + 2 * HOLD)
+    got: list[str] = []
+    w = RedactingWriter(got.append)
+    w.write(text)
+    w.close()
+    assert len(got) > 1  # it was cut
+    assert "".join(got) == redact(text) and "sk-ant-" + "Q" * 40 not in "".join(got)

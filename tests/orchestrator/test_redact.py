@@ -141,6 +141,23 @@ def test_show_and_export_keep_the_record_unless_redact(env: Env) -> None:
     assert GH not in env.run("ls").stdout
 
 
+@pytest.mark.parametrize("before", ["\n", "\t", "\r", "\u2028", "\x07"])
+def test_a_secret_right_after_an_escaped_character_is_masked_in_json(env: Env, before: str) -> None:
+    """In a JSON text the character before a token is an escape (``\\n``, ``\\u2028``): the
+    token still starts there (it was missed: ``n`` and ``8`` are word characters)."""
+    text = f"line one{before}{ANT}{before}{GH} {before}{AWS_ID}{before}end"
+    assert ANT not in redact(json.dumps(text)) and GH not in redact(json.dumps(text))
+    path = env.root / "t.jsonl"
+    path.write_text(json.dumps({"role": "user", "content": text}) + "\n")
+    ref = env.run("--json", "import", str(path)).json["ref"]
+    for cmd in (["export", ref, "--redact"], ["--json", "export", ref, "--redact"]):
+        out = env.run(*cmd).stdout
+        assert ANT not in out and GH not in out and AWS_ID not in out, out
+        assert out.count("[REDACTED]") == 3
+    # a word that merely ends in the escape's letter is still a word: not a token's start
+    assert redact("vanillask-ant-" + "x" * 20) == "vanillask-ant-" + "x" * 20
+
+
 # ----------------------------------------------------------------- a provider's 401 echoing the key
 
 ECHOED_KEY = "plain-echoed-key-4f9a8b7c6d5e"  # no secret format: only "our own key" can catch it
