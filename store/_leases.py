@@ -5,15 +5,20 @@ stops; appends and status writes given a ``lease_owner`` are refused (``LeaseLos
 gone. ``hold`` does all of that around a block of code: the renewing runs in the background, and
 a lease lost meanwhile (another runner took the thread over) cancels the holder at once — the
 block ends with ``LeaseLost`` — so it writes nothing more.
+
+On a SQLite file these writes (and a run's last one, ``finish_sqlite``) run on the raw
+``sqlite3`` writer (``write_raw``, ``store._rawwrite``): the same statements, checks and errors,
+a thread hop per transaction instead of SQLAlchemy's per statement (a run's fixed cost).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import sqlalchemy as sa
 import structlog
@@ -23,15 +28,18 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from . import _threads
 from ._engine import finish_uncancelled, utcnow
 from ._liveness import owner_is_dead
+from ._messages import sqlite_time
 from ._tables import threads
 from .errors import LeaseHeld, LeaseLost
-from .models import Status, ThreadInfo
+from .models import Result, Status, ThreadInfo
 from .refs import format_ref
 
 if TYPE_CHECKING:
     from ._writer import Writer
 
 log = structlog.get_logger("store.leases")
+
+T = TypeVar("T")
 
 LOCK_WAIT_S = 2.0
 """How long taking a lease waits for the thread's row on PostgreSQL (``_lock_row``)."""
@@ -93,8 +101,11 @@ async def _acquire(
                 lease_owner=owner,
             )
         return
-    info = await _threads.get(conn, thread_id)
-    raise LeaseHeld(
+    raise _held(await _threads.get(conn, thread_id))
+
+
+def _held(info: ThreadInfo) -> LeaseHeld:
+    return LeaseHeld(
         f"{info.ref} is being run by {info.lease_owner} (lease until"
         f" {info.lease_expires_at:%H:%M:%S} UTC); wait for it or stop that process",
         info.lease_owner,
@@ -201,6 +212,119 @@ async def _abandon(conn: AsyncConnection, thread_id: str, owner: str, now: datet
         )
 
 
+async def write_raw(
+    writer: Writer,
+    fn: Callable[[sqlite3.Connection], T],
+    *,
+    where: str,
+    rows: int = 1,
+    terminal: bool = False,
+) -> T:
+    """``Writer.run`` (``terminal``: ``Writer.terminal``) of ``fn`` on the raw ``sqlite3``
+    writer of a SQLite file (``Database.write_sqlite``): serialised with every other write of
+    the process on the writer's lock, finished even if the caller is cancelled once begun, and
+    committed — on disk — when the await returns."""
+
+    async def run() -> T:
+        async with writer.lock:
+            return await finish_uncancelled(writer.db.write_sqlite(fn, where=where, rows=rows))
+
+    return await (finish_uncancelled(run()) if terminal else run())
+
+
+_TAKE_SQLITE = (
+    "UPDATE threads SET lease_owner = ?, lease_expires_at = ? WHERE id = ? AND"
+    " (lease_owner IS NULL OR lease_owner = ? OR lease_owner = ? OR lease_expires_at < ?)"
+)
+_RENEW_SQLITE = "UPDATE threads SET lease_expires_at = ? WHERE id = ? AND lease_owner = ?"
+_RELEASE_SQLITE = (
+    "UPDATE threads SET lease_owner = NULL, lease_expires_at = NULL"
+    " WHERE id = ? AND lease_owner = ?"
+)
+_DISPATCH_STATUS_SQLITE = "UPDATE dispatches SET status = ?, updated_at = ? WHERE worker_id = ?"
+
+
+def _acquire_sqlite(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    owner: str,
+    *,
+    ttl_s: float,
+    replace: str | None,
+    start: Status | None,
+) -> None:
+    """``_acquire`` on the raw writer's connection (its ``BEGIN IMMEDIATE`` holds the
+    database, so the lease runs from now)."""
+    now = utcnow()
+    expires = sqlite_time(now + timedelta(seconds=ttl_s))
+    args = (owner, expires, thread_id, owner, replace or owner, sqlite_time(now))
+    if conn.execute(_TAKE_SQLITE, args).rowcount == 1:
+        if start is not None:
+            _threads.set_status_sqlite(
+                conn,
+                thread_id,
+                start,
+                now=now,
+                error=None,
+                result=None,
+                expected=None,
+                lease_owner=owner,
+            )
+        return
+    raise _held(_threads.get_sqlite(conn, thread_id))
+
+
+def _renew_sqlite(conn: sqlite3.Connection, thread_id: str, owner: str, ttl_s: float) -> bool:
+    expires = sqlite_time(utcnow() + timedelta(seconds=ttl_s))
+    return bool(conn.execute(_RENEW_SQLITE, (expires, thread_id, owner)).rowcount == 1)
+
+
+def _release_sqlite(conn: sqlite3.Connection, thread_id: str, owner: str) -> None:
+    conn.execute(_RELEASE_SQLITE, (thread_id, owner))
+
+
+def _abandon_sqlite(conn: sqlite3.Connection, thread_id: str, owner: str, now: datetime) -> None:
+    released = conn.execute(_RELEASE_SQLITE, (thread_id, owner)).rowcount == 1
+    if released and _threads.get_sqlite(conn, thread_id).status == Status.RUNNING:
+        _threads.set_status_sqlite(
+            conn,
+            thread_id,
+            Status.INTERRUPTED,
+            now=now,
+            error="interrupted",
+            result=None,
+            expected=None,
+            lease_owner=None,
+        )
+
+
+def finish_sqlite(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    owner: str,
+    status: Status,
+    *,
+    now: datetime,
+    error: str | None,
+    result: Result | None,
+) -> ThreadInfo:
+    """``Store.finish``'s transaction on the raw writer's connection: the terminal status under
+    the lease (``LeaseLost`` writes nothing), the lease released, the dispatch row marked."""
+    info = _threads.set_status_sqlite(
+        conn,
+        thread_id,
+        status,
+        now=now,
+        error=error,
+        result=result,
+        expected=None,
+        lease_owner=owner,
+    )
+    _release_sqlite(conn, thread_id, owner)
+    conn.execute(_DISPATCH_STATUS_SQLITE, (str(status), sqlite_time(now), thread_id))
+    return info
+
+
 class Leases:
     """``store.leases``: acquire, renew, release, find stale ones, or ``hold`` one."""
 
@@ -221,6 +345,16 @@ class Leases:
         unless that owner is ``replace`` (a runner the caller knows is dead). ``start``: move
         the thread to that status in the same transaction (``StatusError`` takes nothing)."""
 
+        if self._writer.db.appender is not None:
+            await write_raw(
+                self._writer,
+                lambda c: _acquire_sqlite(
+                    c, thread_id, owner, ttl_s=ttl_s, replace=replace, start=start
+                ),
+                where="acquiring a lease",
+            )
+            return
+
         def take(c: AsyncConnection) -> Awaitable[None]:
             return _acquire(c, thread_id, owner, ttl_s=ttl_s, replace=replace, start=start)
 
@@ -235,12 +369,25 @@ class Leases:
 
     async def renew(self, thread_id: str, owner: str, *, ttl_s: float = 60.0) -> bool:
         """Extend the lease; False when ``owner`` no longer holds it."""
+        if self._writer.db.appender is not None:
+            return await write_raw(
+                self._writer,
+                lambda c: _renew_sqlite(c, thread_id, owner, ttl_s),
+                where="renewing a lease",
+            )
         return await self._writer.run(
             lambda c: _renew(c, thread_id, owner, ttl_s), where="renewing a lease"
         )
 
     async def release(self, thread_id: str, owner: str) -> None:
         """Give the lease up; a no-op unless ``owner`` holds it."""
+        if self._writer.db.appender is not None:
+            await write_raw(
+                self._writer,
+                lambda c: _release_sqlite(c, thread_id, owner),
+                where="releasing a lease",
+            )
+            return
         await self._writer.run(lambda c: _release(c, thread_id, owner), where="releasing a lease")
 
     async def stale(self) -> list[ThreadInfo]:
@@ -305,6 +452,13 @@ class Leases:
 
     async def _abandon(self, thread_id: str, owner: str) -> None:
         now = utcnow()
+        if self._writer.db.appender is not None:
+            await write_raw(
+                self._writer,
+                lambda c: _abandon_sqlite(c, thread_id, owner, now),
+                where="releasing a lease",
+            )
+            return
         await self._writer.run(
             lambda c: _abandon(c, thread_id, owner, now), where="releasing a lease"
         )

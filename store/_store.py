@@ -9,6 +9,7 @@ modules per table family (``_threads``, ``_messages``, ``_search``), histories i
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -24,7 +25,7 @@ from ._engine import Database, utcnow
 from ._exclusive import exclusive
 from ._history import History, raw_messages
 from ._invariants import check_append
-from ._leases import Lease, Leases
+from ._leases import Lease, Leases, finish_sqlite, write_raw
 from ._leases import _release as release_lease
 from ._ledger import Ledger
 from ._liveness import as_seen
@@ -111,12 +112,26 @@ class Store:
             "tools": list(tools),
             "model": model,
         }
+        if self._raw(messages):
+            return await write_raw(
+                self._writer,
+                lambda c: _threads.create_sqlite(
+                    c, now, messages, job_id=job_id, parent_id=parent_id, **values
+                ),
+                where="creating a thread",
+                rows=len(messages) + 1,
+            )
         return await self._writer.run(
             lambda c: _threads.create(
                 c, now, messages, job_id=job_id, parent_id=parent_id, **values
             ),
             where="creating a thread",
         )
+
+    def _raw(self, messages: Sequence[NewMessage] = ()) -> bool:
+        """Whether a write of these new messages runs on the raw ``sqlite3`` writer (a SQLite
+        file, nothing stored apart: ``_outputs`` streams through the ORM connection)."""
+        return self.db.appender is not None and not _outputs.needs_apart(messages, None)
 
     async def get_thread(self, thread_id: str) -> ThreadInfo:
         """The thread as readers see it: ``running`` with its runner gone reads ``interrupted``
@@ -327,6 +342,23 @@ class Store:
         expected = None if expect is None else {Status(s) for s in expect}
         now = utcnow()
 
+        if self._raw():
+            return await write_raw(
+                self._writer,
+                lambda c: _threads.set_status_sqlite(
+                    c,
+                    thread_id,
+                    status,
+                    now=now,
+                    error=error,
+                    result=result,
+                    expected=expected,
+                    lease_owner=lease_owner,
+                ),
+                where="setting a status",
+                terminal=status.terminal,
+            )
+
         def fn(conn: AsyncConnection) -> Awaitable[ThreadInfo]:
             return _threads.set_status(
                 conn,
@@ -375,7 +407,15 @@ class Store:
             return info
 
         lease.ending = True
-        info = await self._writer.terminal(fn, where="finishing a run")
+        if self._raw():
+            info = await write_raw(
+                self._writer,
+                lambda c: finish_sqlite(c, tid, owner, status, now=now, error=error, result=result),
+                where="finishing a run",
+                terminal=True,
+            )
+        else:
+            info = await self._writer.terminal(fn, where="finishing a run")
         lease.released = True
         return info
 
@@ -416,6 +456,18 @@ class Store:
                 for index, key, msgs, values in calls
             ]  # fmt: skip
 
+        def fn_sqlite(conn: sqlite3.Connection) -> list[tuple[ThreadInfo, bool]]:
+            return [
+                _threads.spawn_sqlite(
+                    conn, now, msgs, lead_id=lead_id, tool_use_id=tool_use_id,
+                    task_index=index, task_key=key, **values,
+                )
+                for index, key, msgs, values in calls
+            ]  # fmt: skip
+
+        if self._raw([m for _, _, msgs, _ in calls for m in msgs]):
+            rows = sum(len(msgs) + 1 for _, _, msgs, _ in calls)
+            return await write_raw(self._writer, fn_sqlite, where="spawning workers", rows=rows)
         return await self._writer.run(fn, where="spawning workers")
 
     async def set_result(self, thread_id: str, result: Result) -> None:

@@ -7,7 +7,9 @@ take the connection and plain values, and hold no state.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import sqlite3
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +23,7 @@ from ._liveness import as_seen
 from ._redact import redact
 from ._tables import threads
 from .errors import AmbiguousRef, LeaseLost, StatusError, ThreadNotFound
-from .models import ForkOrigin, Kind, NewMessage, Result, Status, ThreadInfo
+from .models import CONTENT_FORMAT, ForkOrigin, Kind, NewMessage, Result, Status, ThreadInfo
 from .refs import format_ref, prefix_upper
 
 THREAD_COLUMNS = list(threads.c)
@@ -40,7 +42,10 @@ ALLOWED[Status.INTERRUPTED] |= {Status.CANCELLED}
 
 
 def thread_from_row(row: sa.Row[Any]) -> ThreadInfo:
-    m = row._mapping
+    return thread_from_mapping(row._mapping)
+
+
+def thread_from_mapping(m: Mapping[Any, Any]) -> ThreadInfo:
     forked = (
         ForkOrigin(thread_id=m["forked_from_id"], at=m["forked_at_seq"])
         if m["forked_from_id"]
@@ -292,3 +297,174 @@ async def adopt(conn: AsyncConnection, thread_id: str, parent_id: str, now: date
         .values(parent_id=parent_id, job_id=job, updated_at=now, version=threads.c.version + 1)
     )
     return await get(conn, thread_id)
+
+
+# ----------------------------------------------------------------- on the raw sqlite3 writer
+# The statements above on ``store._rawwrite``'s connection (a SQLite file's hot path: one
+# thread hop per transaction instead of SQLAlchemy's per statement), inside its
+# ``BEGIN IMMEDIATE``. They write the text SQLAlchemy writes, so either path reads what the
+# other wrote: JSON columns as ``json.dumps`` of the value (``None`` given is JSON ``null``),
+# datetimes as naive UTC text (``_messages.sqlite_time``).
+
+_NAMES = [c.name for c in THREAD_COLUMNS]
+_JSON = frozenset(c.name for c in THREAD_COLUMNS if isinstance(c.type, sa.JSON))
+_TIMES = frozenset(c.name for c in THREAD_COLUMNS if isinstance(c.type, sa.DateTime))
+_SELECT_SQLITE = f"SELECT {', '.join(_NAMES)} FROM threads WHERE id = ?"
+
+
+def _to_sqlite(name: str, value: Any) -> Any:
+    if name in _JSON:
+        return json.dumps(value)
+    if name in _TIMES and value is not None:
+        return _messages.sqlite_time(value)
+    return value
+
+
+def thread_from_sqlite(row: Sequence[Any]) -> ThreadInfo:
+    """``thread_from_row`` for a raw row of ``_SELECT_SQLITE``'s columns."""
+    m: dict[str, Any] = {}
+    for name, value in zip(_NAMES, row, strict=True):
+        if value is not None and name in _JSON:
+            value = json.loads(value)
+        elif value is not None and name in _TIMES:
+            value = datetime.fromisoformat(value)
+        m[name] = value
+    return thread_from_mapping(m)
+
+
+def get_sqlite(conn: sqlite3.Connection, thread_id: str) -> ThreadInfo:
+    """``get`` on the raw writer's connection."""
+    row = conn.execute(_SELECT_SQLITE, (thread_id,)).fetchone()
+    if row is None:
+        raise ThreadNotFound(f"no thread {format_ref(thread_id)}")
+    return thread_from_sqlite(row)
+
+
+def job_of_sqlite(conn: sqlite3.Connection, thread_id: str) -> str:
+    row = conn.execute("SELECT job_id FROM threads WHERE id = ?", (thread_id,)).fetchone()
+    if row is None:
+        raise ThreadNotFound(f"no thread {format_ref(thread_id)}")
+    return str(row[0])
+
+
+def insert_sqlite(
+    conn: sqlite3.Connection, now: datetime, messages: Sequence[NewMessage], **values: Any
+) -> None:
+    """``insert`` (no fork point) of a thread whose messages store nothing apart
+    (``_outputs.needs_apart``: those go through the ORM connection)."""
+    pending = check_append((), 0, messages)
+    row = {
+        **values,
+        "version": 1,
+        "head_seq": len(messages),
+        "pending_tool_ids": list(pending),
+        "created_at": now,
+        "updated_at": now,
+    }
+    conn.execute(
+        f"INSERT INTO threads ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+        [_to_sqlite(k, v) for k, v in row.items()],
+    )
+    if messages:
+        tid, stamp = values["id"], _messages.sqlite_time(now)
+        encoded = _messages.encode(messages)
+        conn.executemany(
+            _messages._RAW_INSERT_MESSAGE,
+            [
+                (tid, seq, m.role, content, CONTENT_FORMAT, stamp)
+                for seq, (m, (content, _)) in enumerate(zip(messages, encoded, strict=True), 1)
+            ],
+        )
+        conn.executemany(
+            _messages._RAW_INSERT_TEXT,
+            [(text, tid, seq) for seq, (_, text) in enumerate(encoded, 1)],
+        )
+
+
+def create_sqlite(
+    conn: sqlite3.Connection,
+    now: datetime,
+    messages: Sequence[NewMessage],
+    *,
+    job_id: str | None,
+    parent_id: str | None,
+    **values: Any,
+) -> ThreadInfo:
+    """``create`` on the raw writer's connection."""
+    job = job_id
+    if job is None and parent_id is not None:
+        job = job_of_sqlite(conn, parent_id)
+    insert_sqlite(conn, now, messages, parent_id=parent_id, job_id=job or values["id"], **values)
+    return get_sqlite(conn, values["id"])
+
+
+def set_status_sqlite(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    status: Status,
+    *,
+    now: datetime,
+    error: str | None,
+    result: Result | None,
+    expected: set[Status] | None,
+    lease_owner: str | None,
+) -> ThreadInfo:
+    """``set_status`` on the raw writer's connection: the same checks, the same row."""
+    info = get_sqlite(conn, thread_id)
+    if expected is not None and info.status not in expected:
+        raise StatusError(f"{info.ref} is {info.status}, expected {' or '.join(sorted(expected))}")
+    if info.status == status and status.terminal:
+        return info
+    if info.status != status and status not in ALLOWED[info.status]:
+        raise StatusError(f"{info.ref}: cannot go from {info.status} to {status}")
+    stamp = _messages.sqlite_time(now)
+    sets = ["status = ?", "updated_at = ?", "version = version + 1"]
+    args: list[Any] = [str(status), stamp]
+    if error is not None or status in (Status.RUNNING, Status.QUEUED):
+        sets.append("error = ?")
+        args.append(None if error is None else redact(error))
+    if result is not None:
+        sets.append("result = ?")
+        args.append(json.dumps(result.model_dump(mode="json", exclude_none=True)))
+    where = "id = ?"
+    args.append(thread_id)
+    if lease_owner is not None:
+        where += " AND lease_owner = ? AND lease_expires_at > ?"
+        args += [lease_owner, stamp]
+    done = conn.execute(f"UPDATE threads SET {', '.join(sets)} WHERE {where}", args)
+    if lease_owner is not None and done.rowcount == 0:
+        raise LeaseLost(
+            f"{info.ref}: {lease_owner} no longer holds the lease; status not written",
+            info.lease_owner,
+        )
+    return get_sqlite(conn, thread_id)
+
+
+def spawn_sqlite(
+    conn: sqlite3.Connection,
+    now: datetime,
+    messages: Sequence[NewMessage],
+    *,
+    lead_id: str,
+    tool_use_id: str,
+    task_index: int,
+    task_key: str | None,
+    **values: Any,
+) -> tuple[ThreadInfo, bool]:
+    """``_dispatches._spawn`` on the raw writer's connection: the worker of one task of a
+    lead's ``tool_use`` with its dispatch row, or the worker that dispatch already has."""
+    found = conn.execute(
+        "SELECT worker_id FROM dispatches WHERE lead_id = ? AND tool_use_id = ? AND task_index = ?",
+        (lead_id, tool_use_id, task_index),
+    ).fetchone()
+    if found is not None:
+        return get_sqlite(conn, found[0]), False
+    job, status = job_of_sqlite(conn, lead_id), str(Status.QUEUED)
+    stamp = _messages.sqlite_time(now)
+    insert_sqlite(conn, now, messages, status=status, parent_id=lead_id, job_id=job, **values)
+    conn.execute(
+        "INSERT INTO dispatches (lead_id, tool_use_id, task_index, task_key, worker_id, status,"
+        " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (lead_id, tool_use_id, task_index, task_key, values["id"], status, stamp, stamp),
+    )
+    return get_sqlite(conn, values["id"]), True
