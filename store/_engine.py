@@ -472,6 +472,12 @@ class Database:
             raise translate(err, where=f"migrating {self.display}") from err
 
     async def _current_revision(self) -> str | None:
+        if self.raw is not None:
+            # a SQLite file: a plain sqlite3 read (opening a store then connects no engine;
+            # a job that writes and reads through sqlite3 never does)
+            found = self.raw.inline(_sqlite_revision, where=f"migrating {self.display}")
+            if found is not None:
+                return found[0]
         async with self.reader.connect() as conn, conn.begin():
             has = await conn.run_sync(lambda c: sa.inspect(c).has_table("alembic_version"))
             if not has:
@@ -489,6 +495,18 @@ class Database:
             self.queue.close()
         if self.reader is not self.writer:
             await self.reader.dispose()
+
+
+def _sqlite_revision(conn: sqlite3.Connection) -> tuple[str | None]:
+    """The schema's revision (None: not migrated yet), in a tuple (``inline`` answers None
+    when the database is busy)."""
+    try:
+        row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    except sqlite3.OperationalError as err:
+        if "no such table" not in str(err):
+            raise
+        return (None,)
+    return (None if row is None else str(row[0]),)
 
 
 def _raw_writer(path: Path, synchronous: str) -> RawWriter:

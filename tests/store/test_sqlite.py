@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from store import DatabaseError, DatabaseUnavailable, Status, Store
+from store import DatabaseError, DatabaseUnavailable, Store
 
 from .helpers import assistant, user
 
@@ -147,11 +147,12 @@ def _insert_thread_sql(tid: str) -> str:
     )
 
 
-@pytest.mark.parametrize("write", ["append", "status"])
+@pytest.mark.parametrize("write", ["append", "orm"])
 async def test_a_deferred_read_then_write_fails_at_once_but_the_store_waits_for_the_lock(
     tmp_path: Path, write: str
 ) -> None:
-    """``append``: the raw sqlite3 writer of appends; ``status``: the ORM's writer connection."""
+    """``append``: the raw sqlite3 writer (appends, a run's statuses and leases); ``orm``: the
+    ORM's writer connection (a metadata edit)."""
     path = tmp_path / "t.db"
     store = await Store.open(str(path))
     t = await store.create_thread(kind="lead", messages=[user("x")])
@@ -191,7 +192,7 @@ async def test_a_deferred_read_then_write_fails_at_once_but_the_store_waits_for_
         def _on_sql(_c: Any, _cur: Any, statement: str, *_args: Any) -> None:
             _seen(statement)
 
-        task = asyncio.create_task(store.set_status(t.id, Status.QUEUED))
+        task = asyncio.create_task(store.update_thread(t.id, title="after B"))
     await begun.wait()
     done, _ = await asyncio.wait({task}, timeout=0.3)  # B still holds the lock: it waits
     assert not done
@@ -202,7 +203,7 @@ async def test_a_deferred_read_then_write_fails_at_once_but_the_store_waits_for_
     if write == "append":
         assert info.head_seq == 2
     else:
-        assert info.status == Status.QUEUED
+        assert info.title == "after B"
     assert (await store.resolve("T-" + "b" * 26)).thread.id == "b" * 26
     await store.close()
 
