@@ -501,12 +501,13 @@ def _sqlite_revision(conn: sqlite3.Connection) -> tuple[str | None]:
     """The schema's revision (None: not migrated yet), in a tuple (``inline`` answers None
     when the database is busy)."""
     try:
-        row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+        # every row read: no statement left open holding a read snapshot on this connection
+        rows = conn.execute("SELECT version_num FROM alembic_version").fetchall()
     except sqlite3.OperationalError as err:
         if "no such table" not in str(err):
             raise
         return (None,)
-    return (None if row is None else str(row[0]),)
+    return (str(rows[0][0]) if rows else None,)
 
 
 def _raw_writer(path: Path, synchronous: str) -> RawWriter:
