@@ -211,6 +211,19 @@ async def rows(conn: AsyncConnection, query: sa.Select[Any]) -> list[ThreadInfo]
     return [thread_from_row(r) for r in await conn.execute(query)]
 
 
+def _check_lease(info: ThreadInfo, owner: str, now: datetime) -> None:
+    """A status write of a runner that lost its lease is refused as that (``LeaseLost``),
+    before any check of the status itself: a late host whose thread another runner has since
+    finished was told "cannot go from done to interrupted" instead. (The write's own ``WHERE``
+    still guards it in the transaction.)"""
+    expires = info.lease_expires_at
+    if info.lease_owner != owner or expires is None or expires <= now:
+        raise LeaseLost(
+            f"{info.ref}: {owner} no longer holds the lease; status not written",
+            info.lease_owner,
+        )
+
+
 async def set_status(
     conn: AsyncConnection,
     thread_id: str,
@@ -224,6 +237,8 @@ async def set_status(
 ) -> ThreadInfo:
     """``Store.set_status`` inside its transaction."""
     info = await get(conn, thread_id)
+    if lease_owner is not None:
+        _check_lease(info, lease_owner, now)
     if expected is not None and info.status not in expected:
         raise StatusError(f"{info.ref} is {info.status}, expected {' or '.join(sorted(expected))}")
     if info.status == status and status.terminal:
@@ -411,6 +426,8 @@ def set_status_sqlite(
 ) -> ThreadInfo:
     """``set_status`` on the raw writer's connection: the same checks, the same row."""
     info = get_sqlite(conn, thread_id)
+    if lease_owner is not None:
+        _check_lease(info, lease_owner, now)
     if expected is not None and info.status not in expected:
         raise StatusError(f"{info.ref} is {info.status}, expected {' or '.join(sorted(expected))}")
     if info.status == status and status.terminal:

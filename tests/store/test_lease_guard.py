@@ -62,3 +62,19 @@ async def test_a_status_write_by_a_runner_that_lost_its_lease_writes_nothing(
     await store.leases.acquire(info.id, "C", ttl_s=60)
     done = await store.set_status(info.id, Status.DONE, lease_owner="C")
     assert done.status == Status.DONE
+
+
+async def test_a_late_runner_is_told_it_lost_its_lease_not_that_the_status_is_wrong(
+    store: Store,
+) -> None:
+    """The thread another runner finished meanwhile: a late write of ``interrupted`` is a lost
+    lease (it was "cannot go from done to interrupted", a StatusError)."""
+    info = await store.create_thread(
+        kind=Kind.WORKER, status=Status.QUEUED, messages=[NewMessage.user("go")]
+    )
+    await store.leases.acquire(info.id, "A", ttl_s=60, start=Status.RUNNING)
+    await store.leases.acquire(info.id, "B", ttl_s=60, replace="A", start=Status.RUNNING)
+    await store.set_status(info.id, Status.DONE, lease_owner="B")
+    with pytest.raises(LeaseLost, match="A no longer holds the lease"):
+        await store.set_status(info.id, Status.INTERRUPTED, lease_owner="A")
+    assert (await store.get_thread(info.id)).status == Status.DONE
