@@ -7,6 +7,8 @@ Most rows are written by ``Store.append`` in the transaction of the messages the
 
 from __future__ import annotations
 
+import functools
+import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -80,6 +82,27 @@ async def _totals(conn: AsyncConnection, q: sa.Select[Any]) -> list[UsageTotal]:
     ]
 
 
+def _raw_totals(
+    conn: sqlite3.Connection, *, thread_id: str | None, job_id: str | None
+) -> list[UsageTotal]:
+    from ._rawread import usage_totals
+
+    return [
+        UsageTotal(
+            thread_id=t.thread_id,
+            usage=Usage(
+                input_tokens=t.usage.input_tokens,
+                output_tokens=t.usage.output_tokens,
+                cache_read_input_tokens=t.usage.cache_read_input_tokens,
+                cache_creation_input_tokens=t.usage.cache_creation_input_tokens,
+            ),
+            cost_usd=t.cost_usd,
+            responses=t.responses,
+        )
+        for t in usage_totals(conn, thread_id=thread_id, job_id=job_id)
+    ]
+
+
 async def _insert(conn: AsyncConnection, row: dict[str, Any]) -> None:
     await conn.execute(usage.insert().values(**row))
 
@@ -100,6 +123,12 @@ class Ledger:
     ) -> list[UsageTotal]:
         """Usage summed per thread (SQL sums of the usage rows): of one thread, of every thread
         of a job, or of every thread."""
+        raw = self._writer.db.raw
+        if raw is not None:  # a SQLite file: plain sqlite3, the same SQL (``_rawread``)
+            fn = functools.partial(_raw_totals, thread_id=thread_id, job_id=job_id)
+            # one thread's sum is a small indexed read: on the event loop unless SQLite is busy
+            found = raw.inline(fn, where="summing usage") if thread_id is not None else None
+            return found if found is not None else await raw.run(fn, where="summing usage")
         q = totals_query(thread_id=thread_id, job_id=job_id)
         return await self._writer.db.read(lambda c: _totals(c, q), where="summing usage")
 
