@@ -17,6 +17,7 @@ import structlog
 from pydantic import ValidationError
 
 from store import (
+    LeaseLost,
     Message,
     NewMessage,
     OutputFile,
@@ -150,9 +151,12 @@ async def cleanup_cancelled(cleanup: Coroutine[Any, Any, object], event: str) ->
     than its busy timeout) that is logged as ``event`` and the caller re-raises its
     cancellation: the run still ends *cancelled* — an error here must not take the place of the
     cancellation, or the run's caller would take a thread nobody runs for one that ended —
-    and the lease's release leaves the thread ``interrupted``."""
+    and the lease's release leaves the thread ``interrupted``. A lost lease is not such an
+    error: it goes on up (``LeaseLost``: the thread is another runner's, as before)."""
     try:
         await finish_uncancelled(cleanup)
+    except LeaseLost:
+        raise  # another runner owns the thread: that, not the cancellation, is how it ended
     except Exception as exc:
         log.error(event, error=str(exc))
 
