@@ -334,13 +334,11 @@ async def _end_interrupted(run: _Run) -> None:
         return  # the thread is another runner's now
     try:
         await _answer_orphans(run, replay=False)
-    except LeaseLost:
-        run.lease_lost = True
-        return
-    try:
         await _finish(run, Status.INTERRUPTED, error="interrupted")
-    except LeaseLost:
+    except LeaseLost as lost:
+        # refused, and said so in the log: a late runner's last writes are refused here too
         run.lease_lost = True
+        log.warning("lease.lost", thread=format_ref(run.thread_id), refused=str(lost))
 
 
 async def _end_timed_out(run: _Run) -> RunOutcome:
