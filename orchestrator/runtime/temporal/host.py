@@ -77,11 +77,15 @@ class Host:
         try:
             info = await self.store.get_thread(args.thread_id)
             message = args.message
-            if attempt > 1:
-                if info.status in ENDED:  # ended before its host could report it
-                    return RunReport(str(info.status), info.error)
-                if message is not None and await self._delivered(info.id, message):
-                    message = None
+            if info.status in ENDED and (message is None or attempt > 1):
+                # ended before its host could report it — or this attempt is a stale one: a
+                # task a host received before it froze, started once it woke, after another
+                # attempt had finished the thread. A run without a message has nothing to do
+                # on an ended thread; taking its lease would move it back to running (and,
+                # stopped, leave it interrupted) under the finished run
+                return RunReport(str(info.status), info.error)
+            if attempt > 1 and message is not None and await self._delivered(info.id, message):
+                message = None
             log.info("temporal.run", thread=info.ref, attempt=attempt)
             rt = await self.runtime(info)
             try:
