@@ -342,34 +342,24 @@ class Store:
         expected = None if expect is None else {Status(s) for s in expect}
         now = utcnow()
 
+        # the same write on either writer: the raw sqlite3 one on a SQLite file, else SQLAlchemy's
+        kw: dict[str, Any] = {
+            "now": now,
+            "error": error,
+            "result": result,
+            "expected": expected,
+            "lease_owner": lease_owner,
+        }
         if self._raw():
             return await write_raw(
                 self._writer,
-                lambda c: _threads.set_status_sqlite(
-                    c,
-                    thread_id,
-                    status,
-                    now=now,
-                    error=error,
-                    result=result,
-                    expected=expected,
-                    lease_owner=lease_owner,
-                ),
+                lambda c: _threads.set_status_sqlite(c, thread_id, status, **kw),
                 where="setting a status",
                 terminal=status.terminal,
             )
 
         def fn(conn: AsyncConnection) -> Awaitable[ThreadInfo]:
-            return _threads.set_status(
-                conn,
-                thread_id,
-                status,
-                now=now,
-                error=error,
-                result=result,
-                expected=expected,
-                lease_owner=lease_owner,
-            )
+            return _threads.set_status(conn, thread_id, status, **kw)
 
         if status.terminal:
             return await self._writer.terminal(fn, where="setting a status")
