@@ -82,10 +82,6 @@ def construct_model(cls: type[M], values: dict[str, Any], fields_set: set[str]) 
     return m
 
 
-construct = construct_model
-"""The module's name for it before it was public."""
-
-
 def _model(cls: type[Any], values: dict[str, Any], fields_set: set[str]) -> Any:
     m = _new(cls)
     _set_dict(m, values)

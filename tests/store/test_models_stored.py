@@ -242,7 +242,7 @@ def test_a_large_build_gives_the_collector_back_as_it_found_it() -> None:
 
 
 def test_construct_builds_what_model_construct_builds() -> None:
-    from store._stored import construct
+    from store import construct_model as construct
 
     content: list[ContentBlock] = [
         TextBlock(text="a"),
@@ -250,6 +250,7 @@ def test_construct_builds_what_model_construct_builds() -> None:
     ]
     want = NewMessage.model_construct(role="user", content=content)
     got = construct(NewMessage, {"role": "user", "content": content}, {"role", "content"})
+    assert type(got) is NewMessage
     assert got == want and got.model_dump_json() == want.model_dump_json()
     assert got.model_fields_set == want.model_fields_set
     block = ToolResultBlock.model_construct(tool_use_id="t", content="x", is_error=True)

@@ -1,14 +1,14 @@
 """The read path's handling of the garbage collector and its public builder: a large build
 leaves the collector on (when it was), moves what it built out of the young generations
-without a pass over them, never thaws objects the process froze itself; and
-``store.construct_model`` is what ``model_construct`` builds."""
+without a pass over them, never thaws objects the process froze itself (``store.construct_model``
+is checked in ``test_models_stored``)."""
 
 from __future__ import annotations
 
 import gc
 import json
 
-from store import ContentBlock, Message, NewMessage, TextBlock, ToolResultBlock, construct_model
+from store import Message
 from store._stored import GC_PAUSE_ROWS, segment_messages
 
 OWNER = "01m8vfkpjx7rke2v8j6665hmn1"
@@ -39,18 +39,6 @@ def test_a_large_build_keeps_what_the_process_froze_frozen() -> None:
         assert gc.isenabled() and gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()
-
-
-def test_construct_model_is_public_and_builds_what_model_construct_builds() -> None:
-    content: list[ContentBlock] = [
-        TextBlock(text="a"),
-        ToolResultBlock(tool_use_id="t", content="out"),
-    ]
-    want = NewMessage.model_construct(role="user", content=content)
-    got = construct_model(NewMessage, {"role": "user", "content": content}, {"role", "content"})
-    assert type(got) is NewMessage and got == want
-    assert got.model_dump_json() == want.model_dump_json()
-    assert got.model_fields_set == want.model_fields_set
 
 
 def test_messages_of_several_blocks_read_back_whole() -> None:
