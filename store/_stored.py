@@ -82,15 +82,6 @@ def construct_model(cls: type[M], values: dict[str, Any], fields_set: set[str]) 
     return m
 
 
-def _model(cls: type[Any], values: dict[str, Any], fields_set: set[str]) -> Any:
-    m = _new(cls)
-    _set_dict(m, values)
-    _set_fields(m, fields_set)
-    _set_extra(m, None)
-    _set_private(m, None)
-    return m
-
-
 class _Unknown(Exception):
     """A stored shape this module does not know: validate the message instead."""
 
@@ -110,7 +101,7 @@ def _fill(cls: type[Any], d: dict[str, Any]) -> None:
         if stored is None:
             d["stored"] = None
         elif type(stored) is dict and tuple(stored) == _STORED:
-            d["stored"] = _model(StoredOutput, stored, _FIELDS_SET[_STORED])
+            d["stored"] = construct_model(StoredOutput, stored, _FIELDS_SET[_STORED])
         else:
             raise _Unknown
     elif cls is ThinkingBlock and "signature" not in d:
@@ -120,7 +111,7 @@ def _fill(cls: type[Any], d: dict[str, Any]) -> None:
 def _text(d: Any) -> Any:
     if type(d) is not dict or tuple(d) != _TEXT or d["type"] != "text":
         raise _Unknown
-    return _model(TextBlock, d, _FIELDS_SET[_TEXT])
+    return construct_model(TextBlock, d, _FIELDS_SET[_TEXT])
 
 
 def segment_messages(owner: str, first_seq: int, rows: Sequence[Sequence[Any]]) -> list[Message]:
