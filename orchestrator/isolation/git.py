@@ -3,14 +3,15 @@
 It runs ``git`` as a subprocess (``asyncio.create_subprocess_exec``, never a shell) under
 configuration threadloom controls: no inherited ``GIT_*`` variable but the identity, no system
 or global config (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL=/dev/null``), and ``-c``
-overrides for every setting that names a program (``SAFE_CONFIG``). Filter, merge and diff
-drivers (``filter.*.clean|smudge|process|required``, ``merge.*.driver``,
-``diff.*.textconv|command``) are the exception, since the user's own (git-lfs) must keep
-working: the repository's are recorded when the job starts (``JobBase.drivers``), and before
-every command that may run one the configuration is read again (includes followed) and any
-driver key not recorded with that value is overridden with ``-c`` — disabled, or set back to
-the user's command — so a driver a worker planted in ``.git/config`` never runs. Every git runs
-in its own process group, killed and reaped when the call is cancelled or times out.
+overrides for every setting that names a program (``SAFE_CONFIG``). The repository's own
+configuration is not read from the repository either: every command that may run a filter,
+merge or diff driver is pointed (``GIT_COMMON_DIR``) at a private common dir whose ``config`` is
+threadloom's copy of the repository's, made once per process (``private_common_dir``), and whose
+other entries link to the repository's own (objects, refs, worktrees, ``info``). Its drivers are
+exactly those the repository had when the job started (``JobBase.drivers``, ``trust_drivers``),
+since the user's own (git-lfs) must keep working; a driver a worker writes into ``.git/config``
+or a file it includes — at any moment, even as threadloom's git starts — is never read. Every
+git runs in its own process group, killed and reaped when the call is cancelled or times out.
 
 Errors: ``WorktreeError`` (git failed: exit 1) and its subclass ``RepoStateError`` (the user's
 repository cannot be isolated or the request cannot be honoured: exit 2), from
@@ -20,11 +21,14 @@ repository cannot be isolated or the request cannot be honoured: exit 2), from
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,13 +100,11 @@ SAFE_CONFIG = tuple(
 ran git — no hooks (``worktree add`` would run post-checkout), no fsmonitor, pager, editor,
 askpass, credential helper, signing program, external diff, background gc or ``ext::``
 transport; no global attributes file. (System and global configuration are not read at all:
-``git_env``.) The repository's own configuration is read; a worker without a sandbox can write
-to it, so its drivers are checked on every command (``_driver_overrides``), and a worktree's
-own ``config.worktree`` is removed before threadloom acts on it."""
+``git_env``; the repository's is read from threadloom's private copy: ``private_common_dir``.)"""
 
 GIT_TIMEOUT_S = 600.0
 
-# ----------------------------------------------------------------- drivers the user configured
+# ----------------------------------------------------------------- the configuration git reads
 
 _DRIVER_KEY = re.compile(
     r"(filter\..+\.(clean|smudge|process|required)|merge\..+\.driver|diff\..+\.(textconv|command))"
@@ -110,21 +112,28 @@ _DRIVER_KEY = re.compile(
 """Repository configuration that names a program git runs on file contents (or, ``required``,
 makes a filter's absence fatal): ``git config --list`` spells sections and keys in lower case,
 subsections as written."""
-_DISABLED = {"required": "false", "driver": "false"}
-"""What a driver key not in the job's snapshot is set to: empty (git then runs no clean, smudge
-or process filter, no textconv or diff command), except ``required`` (false, so the missing
-filter is no error) and a merge driver (``false``: git would fail the whole merge on an empty
-command; ``false`` makes that file a conflict, nothing else runs)."""
+_NOT_COPIED = re.compile(r"(include|includeif)\..*|extensions\.worktreeconfig")
+"""Keys never copied into the private configuration: includes (their values are copied, already
+read in), and the switch that would make git read a worktree's own ``config.worktree``."""
 _NEEDS_NO_DRIVER = frozenset(
     {"rev-parse", "update-ref", "commit-tree", "for-each-ref", "check-ref-format", "merge-base",
-     "var", "config"}
+     "var", "config", "init"}
 )  # fmt: skip
-"""Commands that never read file contents through a driver: no configuration read first
-(``write-tree`` and ``ls-files`` may refresh the index, which runs clean filters)."""
+"""Commands that never read file contents through a driver: run on the repository's own
+configuration (``write-tree`` and ``ls-files`` may refresh the index, which runs clean filters;
+``rev-parse --git-common-dir`` must name the real common dir)."""
+_LINKED_ALWAYS = ("packed-refs", "shallow", "logs", "worktrees", "lfs")
+"""Entries of the common dir linked from the private one even before they exist, because git
+(or git-lfs) may create them while a command runs."""
 
 _TRUSTED: dict[str, dict[str, str]] = {}
 """The driver keys each repository had when its job started (``drivers_of``), by the
 repository's top level and its common dir. A repository not here trusts no driver at all."""
+_COMMON_OF: dict[str, Path] = {}
+"""The common dir of each directory git was run in (a repository's top level, a mirror)."""
+_SHADOWS: dict[tuple[str, tuple[tuple[str, str], ...]], Path] = {}
+"""The private common dir made for each repository and set of trusted drivers."""
+_SHADOW_ROOT: list[Path] = []
 
 
 def parse_drivers(listing: str) -> dict[str, str]:
@@ -137,25 +146,136 @@ def parse_drivers(listing: str) -> dict[str, str]:
     return found
 
 
-def trust_drivers(places: Sequence[Path], drivers: Mapping[str, str]) -> None:
-    """Let git run, in the repository at ``places`` (its top level, its common dir), exactly the
-    ``drivers`` the user had configured when the job started; every other one is overridden."""
-    for place in places:
+def trust_drivers(root: Path, common: Path, drivers: Mapping[str, str]) -> None:
+    """Let git run, in the repository at ``root`` (common dir ``common``), exactly the
+    ``drivers`` the user had configured when the job started, and no other."""
+    common = real_path(common)
+    _COMMON_OF[str(real_path(root))] = common
+    for place in (root, common):
         _TRUSTED[str(real_path(place))] = dict(drivers)
+    # the next command makes a fresh copy of the configuration: a long-lived process (a
+    # Temporal host, the MCP server) sees the repository's settings as each job starts
+    for key in [k for k in _SHADOWS if k[0] == str(common)]:
+        del _SHADOWS[key]
 
 
-def _driver_overrides(now: Mapping[str, str], trusted: Mapping[str, str]) -> list[str]:
-    """``-c`` pairs so that git runs only the trusted drivers: a key defined since the job
-    started is disabled, a user's key changed since is set back to the user's value."""
-    out: list[str] = []
-    for key, value in now.items():
-        if trusted.get(key) == value:
-            continue
-        if key in trusted:
-            out += ["-c", f"{key}={trusted[key]}"]
-        else:
-            out += ["-c", f"{key}={_DISABLED.get(key.rsplit('.', 1)[1], '')}"]
+def _quoted(text: str, *, value: bool) -> str:
+    out = text.replace("\\", "\\\\").replace('"', '\\"')
+    if value:
+        out = out.replace("\n", "\\n").replace("\t", "\\t").replace("\b", "\\b")
+    return f'"{out}"'
+
+
+def config_text(entries: Sequence[tuple[str, str | None]]) -> str:
+    """A git config file holding ``entries`` (``git config --list`` keys; None: a key written
+    without a value, which git reads as true) in order, each under its own section header."""
+    lines: list[str] = []
+    for key, value in entries:
+        section, _, rest = key.partition(".")
+        sub, _, name = rest.rpartition(".")
+        lines.append(f"[{section} {_quoted(sub, value=False)}]" if sub else f"[{section}]")
+        lines.append(f"\t{name}" if value is None else f"\t{name} = {_quoted(value, value=True)}")
+    return "".join(f"{line}\n" for line in lines)
+
+
+def _entries(listing: str) -> list[tuple[str, str | None]]:
+    out: list[tuple[str, str | None]] = []
+    for entry in listing.split("\0"):
+        if entry:
+            key, sep, value = entry.partition("\n")
+            out.append((key, value if sep else None))
     return out
+
+
+def private_entries(listing: str, trusted: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """The configuration threadloom's git reads, from ``git config --list --show-scope -z
+    --includes`` of the repository: its own (``local``) keys, includes already read in, every
+    driver key dropped and the ``trusted`` ones added."""
+    parts = listing.split("\0")
+    kept: list[tuple[str, str | None]] = []
+    for scope, entry in zip(parts[0::2], parts[1::2], strict=False):
+        if scope != "local":
+            continue
+        key, sep, value = entry.partition("\n")
+        if _DRIVER_KEY.fullmatch(key) or _NOT_COPIED.fullmatch(key):
+            continue
+        kept.append((key, value if sep else None))
+    return kept + sorted(trusted.items())
+
+
+def _shadow_root() -> Path:
+    if not _SHADOW_ROOT:
+        made = Path(tempfile.mkdtemp(prefix="threadloom-git-"))
+        atexit.register(shutil.rmtree, made, True)
+        _SHADOW_ROOT.append(made)
+    return _SHADOW_ROOT[0]
+
+
+async def _common_of(cwd: Path) -> Path | None:
+    """The real common dir of the repository git finds from ``cwd``; None outside one."""
+    key = str(real_path(cwd))
+    found = _COMMON_OF.get(key)
+    if found is None:
+        res = await git("rev-parse", "--path-format=absolute", "--git-common-dir", cwd=cwd,
+                        check=False)  # fmt: skip
+        if res.code != 0 or not res.out.strip():
+            return None
+        found = _COMMON_OF[key] = real_path(Path(res.out.strip()))
+    return found
+
+
+def _link_entries(common: Path, shadow: Path, *, lfs: bool) -> None:
+    """Link every entry of ``common`` but its configuration and hooks from ``shadow`` (local
+    directory operations: not worth a thread hop). Directories git would create inside
+    ``shadow`` (and lose with it) are made in ``common`` first."""
+    for name in ("worktrees", "logs", *(("lfs",) if lfs else ())):
+        (common / name).mkdir(exist_ok=True)
+    names = {p.name for p in common.iterdir()} | set(_LINKED_ALWAYS)
+    for name in sorted(names - {"config", "config.worktree", "hooks"}):
+        (shadow / name).symlink_to(common / name)
+
+
+async def private_common_dir(common: Path) -> Path:
+    """The common dir threadloom's git is pointed at (``GIT_COMMON_DIR``) for the repository
+    whose common dir is ``common``: a private directory holding threadloom's own copy of the
+    repository's configuration (its drivers: the trusted ones only) and a link to every other
+    entry (objects, refs, packed-refs, worktrees, info, …), so git finds the repository's
+    objects and refs where they are and writes them there, but reads its configuration from a
+    file no worker can reach through the repository. Made once per process, repository and set
+    of trusted drivers; a driver planted in ``.git/config`` (or a file it includes) at any
+    moment is never read by threadloom's git."""
+    trusted = _TRUSTED.get(str(common), {})
+    key = (str(common), tuple(sorted(trusted.items())))
+    found = _SHADOWS.get(key)
+    if found is not None:
+        return found
+    listing = await git("config", "--list", "--show-scope", "-z", "--includes", cwd=common,
+                        check=False)  # fmt: skip
+    if listing.code != 0:
+        detail = " ".join(listing.err.split()) or f"exit {listing.code}"
+        raise RepoStateError(f"{common}: its git configuration cannot be read: {detail}")
+    entries = private_entries(listing.out, trusted)
+    shadow = Path(tempfile.mkdtemp(prefix="repo-", dir=_shadow_root()))
+    (shadow / "config").write_text(config_text(entries))
+    back = await git("config", "--file", str(shadow / "config"), "--list", "-z",
+                     cwd=shadow, check=False)  # fmt: skip
+    if _entries(back.out) != entries:
+        raise RepoStateError(
+            f"{common}: threadloom could not copy its git configuration faithfully"
+            f" ({' '.join(back.err.split()) or 'the copy reads back differently'})"
+        )
+    _link_entries(common, shadow, lfs=any(k.startswith("filter.lfs.") for k in trusted))
+    # two commands may have made one at once: both are complete, the first one stays
+    return _SHADOWS.setdefault(key, shadow)
+
+
+async def _private_env(args: Sequence[str], cwd: Path, tree: GitTree | None) -> dict[str, str]:
+    if not args or args[0] in _NEEDS_NO_DRIVER:
+        return {}
+    common = tree.common if tree is not None else await _common_of(cwd)
+    if common is None:
+        return {}
+    return {"GIT_COMMON_DIR": str(await private_common_dir(common))}
 
 
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
@@ -181,22 +301,15 @@ async def git(
     runs past ``timeout`` the group (git and anything it started) is killed with SIGKILL and
     reaped before the cancellation (or ``WorktreeError``) goes on."""
     where = tree.flags() if tree is not None else ()
-    drivers: list[str] = []
-    if args and args[0] not in _NEEDS_NO_DRIVER:
-        # the configuration as this very command will read it (includes followed), so a driver
-        # planted in .git/config, an included file or a config.worktree is overridden too
-        listing = await git("config", "--list", "-z", cwd=cwd, env=env, tree=tree, check=False)
-        place = tree.common if tree is not None else real_path(cwd)
-        drivers = _driver_overrides(parse_drivers(listing.out), _TRUSTED.get(str(place), {}))
+    private = await _private_env(args, cwd, tree)
     try:
         proc = await asyncio.create_subprocess_exec(
             "git",
             *SAFE_CONFIG,
-            *drivers,
             *where,
             *args,
             cwd=cwd,
-            env=git_env(env),
+            env=git_env({**(env or {}), **private}),
             stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

@@ -143,7 +143,7 @@ class JobBase:
     async def trust(self) -> None:
         """Register ``drivers`` as the repository's trusted ones (a new process resuming,
         diffing or merging the job calls this with the base read back from the task JSON)."""
-        trust_drivers([self.root, await common_dir(self.root)], self.drivers)
+        trust_drivers(self.root, await common_dir(self.root), self.drivers)
 
 
 async def repo_root(workspace: Path) -> Path:
@@ -176,7 +176,7 @@ async def prepare_job(workspace: Path, *, db: Path | None = None) -> JobBase:
     workspace = real_path(workspace)
     root = await repo_root(workspace)
     drivers = await drivers_of(root)
-    trust_drivers([root, await common_dir(root)], drivers)
+    trust_drivers(root, await common_dir(root), drivers)
     gitdir = Path((await git("rev-parse", "--absolute-git-dir", cwd=root)).out.strip())
     if _exists(gitdir / "MERGE_HEAD"):
         raise RepoStateError(
@@ -275,6 +275,12 @@ async def add_worktree(root: Path, path: Path, branch: str, start: str) -> None:
         await git("worktree", "prune", cwd=root)
         path.parent.mkdir(parents=True, exist_ok=True)
         await git("worktree", "add", "--quiet", "-B", branch, str(path), start, cwd=root)
+        # git wrote the .git file through the private common dir threadloom's git uses (see
+        # git.private_common_dir), which lives only as long as this process: point it home
+        gitdir = _admin_dir(await common_dir(root), path)
+        if gitdir is None:
+            raise WorktreeError(f"git worktree add made no worktree at {path}")
+        (path / ".git").write_text(f"gitdir: {gitdir}\n")
 
 
 async def remove_worktree(root: Path, path: Path) -> bool:

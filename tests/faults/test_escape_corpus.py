@@ -512,29 +512,8 @@ def sandbox_job(
     return run, outcomes
 
 
-RACY_GIT_IDS = {
-    "git-planted-info-attributes": (
-        "open defect, a race between workers: a worker's bash (plain runner) plants a filter in"
-        " the repository's shared config and info/attributes between another worker's"
-        " `git config --list` and its next git command (worktree add, a checkpoint), which then"
-        " runs it; the drivers are checked before each command, not atomically with it"
-    )
-}
-"""Attacks that threadloom stops only most of the time (each its reason): xfail, not strict,
-so CI shows them as xfailed or xpassed — never as passed."""
-
-
-def _git_job_params() -> list[Any]:
-    return [
-        pytest.param(a, marks=pytest.mark.xfail(strict=False, reason=RACY_GIT_IDS[a]))
-        if a in RACY_GIT_IDS
-        else a
-        for a in GIT_JOB_IDS
-    ]
-
-
 @pytest.mark.skipif(AS_NOBODY, reason="the real jobs run once, as root")
-@pytest.mark.parametrize("aid", _git_job_params())
+@pytest.mark.parametrize("aid", GIT_JOB_IDS)
 def test_git_and_plain_runner_job(
     aid: str, git_job: tuple[JobRun, dict[str, corpus.Outcome]]
 ) -> None:
