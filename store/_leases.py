@@ -73,6 +73,7 @@ async def _acquire(
     ttl_s: float,
     replace: str | None,
     start: Status | None = None,
+    expected: set[Status] | None = None,
 ) -> None:
     now = await _lock_row(conn, thread_id)
     res = await conn.execute(
@@ -97,7 +98,7 @@ async def _acquire(
                 now=now,
                 error=None,
                 result=None,
-                expected=None,
+                expected=expected,
                 lease_owner=owner,
             )
         return
@@ -252,6 +253,7 @@ def _acquire_sqlite(
     ttl_s: float,
     replace: str | None,
     start: Status | None,
+    expected: set[Status] | None = None,
 ) -> None:
     """``_acquire`` on the raw writer's connection (its ``BEGIN IMMEDIATE`` holds the
     database, so the lease runs from now)."""
@@ -267,7 +269,7 @@ def _acquire_sqlite(
                 now=now,
                 error=None,
                 result=None,
-                expected=None,
+                expected=expected,
                 lease_owner=owner,
             )
         return
@@ -339,24 +341,34 @@ class Leases:
         ttl_s: float = 60.0,
         replace: str | None = None,
         start: Status | None = None,
+        expected: set[Status] | None = None,
     ) -> None:
         """Make ``owner`` the one runner of the thread until the lease expires (renew it while
         running). Raises ``LeaseHeld`` when another owner holds a lease that has not expired —
         unless that owner is ``replace`` (a runner the caller knows is dead). ``start``: move
-        the thread to that status in the same transaction (``StatusError`` takes nothing)."""
+        the thread to that status in the same transaction (``StatusError`` takes nothing), and
+        only from one of the ``expected`` statuses when given."""
 
         if self._writer.db.appender is not None:
             await write_raw(
                 self._writer,
                 lambda c: _acquire_sqlite(
-                    c, thread_id, owner, ttl_s=ttl_s, replace=replace, start=start
+                    c,
+                    thread_id,
+                    owner,
+                    ttl_s=ttl_s,
+                    replace=replace,
+                    start=start,
+                    expected=expected,
                 ),
                 where="acquiring a lease",
             )
             return
 
         def take(c: AsyncConnection) -> Awaitable[None]:
-            return _acquire(c, thread_id, owner, ttl_s=ttl_s, replace=replace, start=start)
+            return _acquire(
+                c, thread_id, owner, ttl_s=ttl_s, replace=replace, start=start, expected=expected
+            )
 
         try:
             await self._writer.run(take, where="acquiring a lease")
@@ -401,7 +413,13 @@ class Leases:
 
     @contextlib.asynccontextmanager
     async def hold(
-        self, thread_id: str, owner: str, *, ttl_s: float = 60.0, start: Status | None = None
+        self,
+        thread_id: str,
+        owner: str,
+        *,
+        ttl_s: float = 60.0,
+        start: Status | None = None,
+        expected: set[Status] | None = None,
     ) -> AsyncIterator[Lease]:
         """Hold the thread's lease for the block: acquired (taken over from an owner whose
         process is dead, ``owner_is_dead``; ``LeaseHeld`` when it lives), renewed every
@@ -410,7 +428,8 @@ class Leases:
         renewal finds the lease gone, ``Lease.lost`` is set and the holding task is cancelled;
         that cancellation leaves the block as ``LeaseLost`` (a cancellation from anyone else
         stays a cancellation). ``start``: the status the thread takes with the lease (one
-        transaction, ``acquire``)."""
+        transaction, ``acquire``), from one of the ``expected`` statuses when given
+        (``StatusError`` otherwise, nothing taken)."""
         holder = asyncio.current_task()
         lease = Lease(thread_id, owner)
         renewer: asyncio.Task[None] | None = None
@@ -418,7 +437,7 @@ class Leases:
             # inside the try: a cancellation that lands just after the lease was written must
             # still release it (the write itself is finished even if we are cancelled)
             try:
-                await self._take(thread_id, owner, ttl_s, start)
+                await self._take(thread_id, owner, ttl_s, start, expected)
             except asyncio.CancelledError:
                 if start is not None:
                     # the take may have been written before the cancellation landed: the
@@ -464,15 +483,22 @@ class Leases:
         )
 
     async def _take(
-        self, thread_id: str, owner: str, ttl_s: float, start: Status | None = None
+        self,
+        thread_id: str,
+        owner: str,
+        ttl_s: float,
+        start: Status | None = None,
+        expected: set[Status] | None = None,
     ) -> None:
         try:
-            await self.acquire(thread_id, owner, ttl_s=ttl_s, start=start)
+            await self.acquire(thread_id, owner, ttl_s=ttl_s, start=start, expected=expected)
         except LeaseHeld as held:
             if not owner_is_dead(held.owner):
                 raise
             log.warning("lease.taken_over", thread=format_ref(thread_id), dead_owner=held.owner)
-            await self.acquire(thread_id, owner, ttl_s=ttl_s, replace=held.owner, start=start)
+            await self.acquire(
+                thread_id, owner, ttl_s=ttl_s, replace=held.owner, start=start, expected=expected
+            )
 
     async def _keep(self, lease: Lease, ttl_s: float, holder: asyncio.Task[object] | None) -> None:
         """Renew until cancelled; when the lease cannot be renewed (another runner took it),

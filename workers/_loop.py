@@ -32,6 +32,7 @@ from store import (
     NewMessage,
     Result,
     Status,
+    StatusError,
     Store,
     TextBlock,
     ThreadInfo,
@@ -280,15 +281,51 @@ async def run_thread(
         # the background (losing it cancels this run, which then ends with ``LeaseLost``) and
         # releases it whatever happens, unless the run's last write (``_finish``) did
         # (a run cancelled while it takes them leaves the thread ``interrupted``)
-        async with store.leases.hold(
-            thread_id, me, ttl_s=cfg.lease_ttl_s, start=Status.RUNNING
-        ) as lease:
-            run.lease = lease
-            run.emit("started", status=Status.RUNNING)
-            log.info("thread.started", kind=str(info.kind), model=model.spec)
-            return await _drive(run)
+        # a run without a new message carries on a thread nobody ended; one that ended (done,
+        # failed, cancelled) has nothing to answer and stands as it ended — checked in the
+        # lease's own transaction, so a run that raced the thread's end (a stale Temporal
+        # attempt) cannot take it back to running after it
+        unended = None if message is not None else set(CARRY_ON_FROM)
+        taken = False
+        try:
+            async with store.leases.hold(
+                thread_id, me, ttl_s=cfg.lease_ttl_s, start=Status.RUNNING, expected=unended
+            ) as lease:
+                taken = True
+                run.lease = lease
+                run.emit("started", status=Status.RUNNING)
+                log.info("thread.started", kind=str(info.kind), model=model.spec)
+                return await _drive(run)
+        except StatusError:
+            if taken or unended is None:
+                raise
+            return await _as_it_ended(store, thread_id)
     finally:
         bound.__exit__(None, None, None)
+
+
+CARRY_ON_FROM = frozenset({Status.IDLE, Status.QUEUED, Status.RUNNING, Status.INTERRUPTED})
+"""The statuses a run without a new message may take a thread from (its lease's ``expected``)."""
+
+
+async def _as_it_ended(store: Store, thread_id: str) -> RunOutcome:
+    """The outcome of a run without a message that found its thread ended: as stored, nothing
+    run and nothing written."""
+    info = await store.get_thread(thread_id)
+    if info.status in CARRY_ON_FROM:  # refused for another reason than its end
+        raise StatusError(f"{info.ref} could not be taken from {info.status}")
+    last = await store.messages(thread_id, start=info.head_seq)
+    text = _text_of(last[-1]) if last and last[-1].role == "assistant" else ""
+    log.info("thread.already_ended", status=str(info.status))
+    return RunOutcome(
+        thread_id=thread_id,
+        status=info.status,
+        result=info.result,
+        final_text=text,
+        turns=0,
+        usage=Usage(),
+        error=info.error,
+    )
 
 
 async def _drive(run: _Run) -> RunOutcome:

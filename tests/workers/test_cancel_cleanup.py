@@ -75,3 +75,37 @@ async def test_a_cancelled_run_whose_cleanup_cannot_be_written_still_ends_cancel
         assert answers and "interrupted" in str(answers[0].content)
     finally:
         await store.close()
+
+
+async def test_a_run_without_a_message_leaves_an_ended_thread_as_it_ended(tmp_path: Path) -> None:
+    """A message-less run (a crash resume, a stale Temporal attempt) on a thread that ended
+    meanwhile: refused with the lease, in its transaction; the outcome is the thread as it
+    ended, nothing run (the model is never called) and nothing written."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    store = await Store.open(str(tmp_path / "threads.db"))
+    try:
+        tid = await new_worker(store)
+        first = await run_thread(
+            store, tid, model=scripted(submit()), tools=build_tools(TOOLS), workspace=ws
+        )
+        assert first.status == Status.DONE and first.result is not None
+        before = await store.get_thread(tid)
+        count = len(await store.messages(tid))
+        again = await run_thread(
+            store, tid, model=scripted(), tools=build_tools(TOOLS), workspace=ws
+        )  # a model with no reply left: calling it would fail the run
+        assert (again.status, again.result, again.turns) == (Status.DONE, first.result, 0)
+        after = await store.get_thread(tid)
+        assert (after.status, after.version, after.lease_owner) == (
+            Status.DONE, before.version, None,
+        )  # fmt: skip
+        assert len(await store.messages(tid)) == count
+        # with a message it is a resume, as SPEC's `resume REF MESSAGE`: it runs again
+        resumed = await run_thread(
+            store, tid, model=scripted(submit()), tools=build_tools(TOOLS), workspace=ws,
+            message="one more thing",
+        )  # fmt: skip
+        assert resumed.status == Status.DONE and resumed.turns == 1
+    finally:
+        await store.close()

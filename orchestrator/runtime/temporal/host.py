@@ -82,7 +82,9 @@ class Host:
                 # task a host received before it froze, started once it woke, after another
                 # attempt had finished the thread. A run without a message has nothing to do
                 # on an ended thread; taking its lease would move it back to running (and,
-                # stopped, leave it interrupted) under the finished run
+                # stopped, leave it interrupted) under the finished run. (The lease's take
+                # refuses it too, in its own transaction, when the end lands after this read:
+                # the run then reports the thread as it ended)
                 return RunReport(str(info.status), info.error)
             if attempt > 1 and message is not None and await self._delivered(info.id, message):
                 message = None
