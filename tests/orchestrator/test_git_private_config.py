@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,32 +20,12 @@ import pytest
 
 from orchestrator.isolation import git as gitrun
 from orchestrator.isolation import worktrees as wt
-
-IDENTITY = {
-    "GIT_AUTHOR_NAME": "Test",
-    "GIT_AUTHOR_EMAIL": "test@example.com",
-    "GIT_COMMITTER_NAME": "Test",
-    "GIT_COMMITTER_EMAIL": "test@example.com",
-}
-
-
-def run_git(repo: Path, *args: str) -> str:
-    res = subprocess.run(
-        ["git", *args], cwd=repo, capture_output=True, text=True, check=True,
-        env={**os.environ, **IDENTITY},
-    )  # fmt: skip
-    return res.stdout
+from tests.orchestrator.test_git_trust import make_repo, run_git
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "repo"
-    root.mkdir()
-    run_git(root, "init", "-q", "-b", "main")
-    (root / "a.txt").write_text("a\n")
-    run_git(root, "add", "-A")
-    run_git(root, "commit", "-q", "-m", "initial")
-    return root
+    return make_repo(tmp_path)
 
 
 def plant(repo: Path, marker: Path) -> None:
@@ -90,14 +69,18 @@ def _is(*words: str) -> Callable[[list[str]], bool]:
     return lambda args: all(w in args for w in words)
 
 
+async def job_tree(repo: Path, name: str) -> tuple[str, Path]:
+    """The job's base (drivers trusted as now) and where worker ``name``'s worktree goes."""
+    base = await wt.prepare_job(repo)
+    return base.base, await wt.common_dir(repo) / "threadloom" / "worktrees" / name
+
+
 async def test_a_filter_planted_just_before_the_checkpoint_starts_never_runs(
     tmp_path: Path, repo: Path, plant_before: Any
 ) -> None:
     marker = tmp_path / "filter-ran"
-    base = await wt.prepare_job(repo)
-    common = await wt.common_dir(repo)
-    path = common / "threadloom" / "worktrees" / "T1"
-    await wt.add_worktree(repo, path, "threadloom/job/T1", base.base)
+    base, path = await job_tree(repo, "T1")
+    await wt.add_worktree(repo, path, "threadloom/job/T1", base)
     (path / "new.txt").write_text("changed\n")
     seen = plant_before(_is("add", "-A"), lambda: plant(repo, marker))
     commit = await wt.Checkpointer(path, thread_id="T1", root=repo)(2)
@@ -113,11 +96,9 @@ async def test_a_filter_planted_just_before_worktree_add_never_runs(
     tmp_path: Path, repo: Path, plant_before: Any
 ) -> None:
     marker = tmp_path / "filter-ran"
-    base = await wt.prepare_job(repo)
-    common = await wt.common_dir(repo)
-    path = common / "threadloom" / "worktrees" / "T2"
+    base, path = await job_tree(repo, "T2")
     plant_before(_is("worktree", "add"), lambda: plant(repo, marker))
-    await wt.add_worktree(repo, path, "threadloom/job/T2", base.base)
+    await wt.add_worktree(repo, path, "threadloom/job/T2", base)
     assert not marker.exists(), "threadloom's worktree add ran a smudge filter planted as it began"
     assert (path / "a.txt").read_text() == "a\n"
 
@@ -125,10 +106,9 @@ async def test_a_filter_planted_just_before_worktree_add_never_runs(
 async def test_a_new_worktree_points_at_the_repository_not_at_the_private_copy(
     repo: Path,
 ) -> None:
-    base = await wt.prepare_job(repo)
+    base, path = await job_tree(repo, "T3")
+    await wt.add_worktree(repo, path, "threadloom/job/T3", base)
     common = await wt.common_dir(repo)
-    path = common / "threadloom" / "worktrees" / "T3"
-    await wt.add_worktree(repo, path, "threadloom/job/T3", base.base)
     pointer = (path / ".git").read_text()
     assert pointer == f"gitdir: {common / 'worktrees' / 'T3'}\n"
     # the user's own git, with no private copy anywhere, sees the worktree and its branch

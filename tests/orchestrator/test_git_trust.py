@@ -43,6 +43,11 @@ def run_git(repo: Path, *args: str) -> str:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path)
+
+
+def make_repo(tmp_path: Path) -> Path:
+    """A repository with one commit (``a.txt``) at ``tmp_path/repo``."""
     root = tmp_path / "repo"
     root.mkdir()
     run_git(root, "init", "-q", "-b", "main")
