@@ -229,7 +229,10 @@ def _link_entries(common: Path, shadow: Path, *, lfs: bool) -> None:
     directory operations: not worth a thread hop). Directories git would create inside
     ``shadow`` (and lose with it) are made in ``common`` first."""
     for name in ("worktrees", "logs", *(("lfs",) if lfs else ())):
-        (common / name).mkdir(exist_ok=True)
+        # a repository threadloom may not write (read-only .git): git says so itself when it
+        # needs to write there
+        with contextlib.suppress(OSError):
+            (common / name).mkdir(exist_ok=True)
     names = {p.name for p in common.iterdir()} | set(_LINKED_ALWAYS)
     for name in sorted(names - {"config", "config.worktree", "hooks"}):
         (shadow / name).symlink_to(common / name)
