@@ -120,7 +120,8 @@ def segment_messages(owner: str, first_seq: int, rows: Sequence[Sequence[Any]]) 
     naive UTC text, SQLAlchemy's are datetimes): the models full validation would give.
 
     The loop is written out (no helper calls in the usual case) because it is the whole cost
-    of loading a long history: about 2 µs a message, against 30 µs validating."""
+    of loading a long history: about 2 µs a message, against 30 µs validating. Rows are parsed
+    and built ``CHUNK_ROWS`` at a time (``_build``)."""
     if not rows:
         return []
     if len(rows) < GC_PAUSE_ROWS:
@@ -129,7 +130,26 @@ def segment_messages(owner: str, first_seq: int, rows: Sequence[Sequence[Any]]) 
         return _build(owner, first_seq, rows)
 
 
+CHUNK_ROWS = 500
+"""Rows parsed, then built, at a time. Parsing a whole long history first and building it next
+went over its parsed objects twice, the second time long after they had left the CPU's
+caches: a fifth of a 20,000-message build was waiting on memory (``_build``)."""
+
+
 def _build(owner: str, first_seq: int, rows: Sequence[Sequence[Any]]) -> list[Message]:
+    """The messages of ``rows``, a chunk of ``CHUNK_ROWS`` at a time (``_chunk``)."""
+    out: list[Message] = []
+    if len(rows) <= CHUNK_ROWS:
+        _chunk(owner, first_seq, rows, out)
+    else:
+        for i in range(0, len(rows), CHUNK_ROWS):
+            _chunk(owner, first_seq + i, rows[i : i + CHUNK_ROWS], out)
+    return out
+
+
+def _chunk(owner: str, first_seq: int, rows: Sequence[Sequence[Any]], out: list[Message]) -> None:
+    """The messages of ``rows`` (message ``first_seq`` first) appended to ``out``: their
+    contents parsed in one call, then built in one loop."""
     contents = pydantic_core.from_json("[" + ",".join([r[0] for r in rows]) + "]")
     new, set_dict, set_fields = _new, _set_dict, _set_fields
     set_extra, set_private = _set_extra, _set_private
@@ -137,7 +157,6 @@ def _build(owner: str, first_seq: int, rows: Sequence[Sequence[Any]]) -> list[Me
     result, thinking = ToolResultBlock, ThinkingBlock
     last: Any = _NO_STAMP
     at = _EPOCH
-    out: list[Message] = []
     append = out.append
     seq = first_seq
     for (_, role, created_at), content in zip(rows, contents, strict=True):
@@ -185,7 +204,6 @@ def _build(owner: str, first_seq: int, rows: Sequence[Sequence[Any]]) -> list[Me
             set_private(m, None)
             append(m)
         seq += 1
-    return out
 
 
 _NO_STAMP = object()
