@@ -148,21 +148,27 @@ caches: a fifth of a 20,000-message build was waiting on memory (``_build``)."""
 
 
 def _build(owner: str, first_seq: int, rows: Sequence[Sequence[Any]]) -> list[Message]:
-    """The messages of ``rows``, a chunk of ``CHUNK_ROWS`` at a time (``_chunk``)."""
+    """The messages of ``rows``, a chunk of ``CHUNK_ROWS`` at a time (``segment_chunk``)."""
     out: list[Message] = []
     if len(rows) <= CHUNK_ROWS:
-        _chunk(owner, first_seq, rows, out)
+        segment_chunk(owner, first_seq, rows, out)
     else:
         for i in range(0, len(rows), CHUNK_ROWS):
-            _chunk(owner, first_seq + i, rows[i : i + CHUNK_ROWS], out)
+            segment_chunk(owner, first_seq + i, rows[i : i + CHUNK_ROWS], out)
     return out
 
 
-def _chunk(owner: str, first_seq: int, rows: Sequence[Sequence[Any]], out: list[Message]) -> None:
+def segment_chunk(
+    owner: str, first_seq: int, rows: Sequence[Sequence[Any]], out: list[Message]
+) -> None:
     """The messages of ``rows`` (message ``first_seq`` first) appended to ``out``: their
-    contents parsed in one call, then built in one loop. The parser caches the keys' strings
-    alone: looking every short value up in its cache cost more (a 20,000-message build 37 ->
-    35 ms) than it saved; a block's ``type`` is the module's own string instead."""
+    contents parsed in one call, then built in one loop. Also for a reader that fetches a long
+    segment ``CHUNK_ROWS`` rows at a time and builds each chunk as it comes (it pauses the
+    collector itself, ``gc_paused``, and checks it got every row).
+
+    The parser caches the keys' strings alone: looking every short value up in its cache cost
+    more (a 20,000-message build 37 -> 35 ms) than it saved; a block's ``type`` is the module's
+    own string instead."""
     contents = pydantic_core.from_json(
         "[" + ",".join([r[0] for r in rows]) + "]", cache_strings="keys"
     )

@@ -1,7 +1,7 @@
 """A long segment is parsed and built ``CHUNK_ROWS`` rows at a time (``store._stored._build``):
 what it gives is what validating each row gives, whatever falls on a chunk's edge — a row of
 an unknown shape, a timestamp that changes, a message of several blocks — and what building
-each row alone gives."""
+each row alone gives; built chunk by chunk as a reader fetches them, the same."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from store import Message
-from store._stored import CHUNK_ROWS, segment_messages
+from store._stored import CHUNK_ROWS, segment_chunk, segment_messages
 
 OWNER = "01m8vfkpjx7rke2v8j6665hmn1"
 
@@ -109,3 +109,13 @@ def test_chunks_build_what_each_row_alone_builds() -> None:
     assert whole == alone
     assert [m.model_dump_json() for m in whole] == [m.model_dump_json() for m in alone]
     assert len({id(m.content) for m in whole}) == len(whole)  # no list shared
+
+
+def test_a_segment_built_chunk_by_chunk_as_fetched_is_the_whole_build() -> None:
+    rows = _rows(2 * CHUNK_ROWS + 3)
+    out: list[Message] = []
+    for start in range(0, len(rows), 97):  # chunks of any size, as ``fetchmany`` gives them
+        segment_chunk(OWNER, 1 + start, rows[start : start + 97], out)
+    whole = segment_messages(OWNER, 1, rows)
+    assert out == whole
+    assert [m.model_dump_json() for m in out] == [m.model_dump_json() for m in whole]
