@@ -17,7 +17,9 @@ message 20,000. ``build_request`` is the same builder used once.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from itertools import islice
+from typing import overload
 
 from store import ContentBlock, Message, NewMessage, ToolResultBlock, format_ref
 from store import construct_model as construct
@@ -88,6 +90,48 @@ _VIEW_FIELDS = {"role", "content"}
 _RESULT_FIELDS = {"tool_use_id", "content", "is_error"}
 
 
+class Prefix(Sequence[NewMessage]):
+    """The first ``n`` views of a builder's list, frozen at that length: what one request
+    carries. The list only ever grows at its end (``RequestBuilder.reset`` starts a new one),
+    so the first ``n`` never change; copying them for every request made a turn at message
+    20,000 cost more than one at message 20 (``tests/benchmarks/bench_peer.py``)."""
+
+    __slots__ = ("_items", "_n")
+
+    def __init__(self, items: list[NewMessage], n: int) -> None:
+        self._items = items
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, index: int) -> NewMessage: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[NewMessage]: ...
+    def __getitem__(self, index: int | slice) -> NewMessage | list[NewMessage]:
+        if isinstance(index, slice):
+            items = self._items
+            return [items[i] for i in range(*index.indices(self._n))]
+        i = index + self._n if index < 0 else index
+        if not 0 <= i < self._n:
+            raise IndexError("request message index out of range")
+        return self._items[i]
+
+    def __iter__(self) -> Iterator[NewMessage]:
+        return islice(self._items, self._n)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(other) == self._n and all(a == b for a, b in zip(self, other, strict=False))
+
+    __hash__ = None  # type: ignore[assignment]  # equal to a list, so unhashable like one
+
+    def __repr__(self) -> str:
+        return f"Prefix({list(self)!r})"
+
+
 class RequestBuilder:
     """The requests of one running thread: the view of each stored message is made once
     (``extend`` with what was read or appended, in order) and every request reuses them."""
@@ -121,12 +165,12 @@ class RequestBuilder:
         self._views.extend(model_view(m, cap) for m in stored)
 
     def request(self) -> ModelRequest:
-        """The request for the history seen so far (a copy of the list of views: a request
-        kept by a caller does not grow with the thread)."""
+        """The request for the history seen so far (its views as a ``Prefix`` of the builder's:
+        a request kept by a caller does not grow with the thread, and costs nothing to make)."""
         return ModelRequest(
             system=self.system,
             tools=list(self.tools),
-            messages=self._views[:],
+            messages=Prefix(self._views, len(self._views)),
             max_tokens=self.max_tokens,
             thread_ref=self.thread_ref,
             resolve_task_ref=self.resolve_task_ref,
