@@ -13,15 +13,22 @@ import itertools
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from . import _threads
 from ._engine import RawSqliteReader
-from ._readsql import CHAIN_SQL, HEAD_SQL, HISTORY_SQL, segments
-from ._stored import gc_paused, segment_messages
+from ._readsql import (
+    CHAIN_SQL,
+    HEAD_SQL,
+    HISTORY_SQL,
+    JOINED_CHUNK_SQL,
+    JOINED_SEP,
+    segments,
+)
+from ._stored import CHUNK_ROWS, gc_paused, joined_chunk, segment_messages
 from ._tables import messages, threads
 from .errors import ForkPointError, StoreError, ThreadNotFound
 from .models import Message, NewMessage, Status, ThreadInfo, ToolUseBlock
@@ -178,11 +185,14 @@ def segment(owner: str, lo: int, hi: int, rows: Sequence[Sequence[Any]]) -> list
     """Messages ``lo..hi`` of ``owner`` from its ``HISTORY_SQL`` rows: every seq of a segment is
     stored (``segments`` never reaches past a head), so the rows are those seqs in order."""
     if len(rows) != hi - lo + 1:
-        raise StoreError(
-            f"{format_ref(owner)}: {len(rows)} stored messages in #{lo}-{hi}, expected"
-            f" {hi - lo + 1}"
-        )
+        _missing(owner, lo, hi, len(rows))
     return segment_messages(owner, lo, rows)
+
+
+def _missing(owner: str, lo: int, hi: int, found: int) -> NoReturn:
+    raise StoreError(
+        f"{format_ref(owner)}: {found} stored messages in #{lo}-{hi}, expected {hi - lo + 1}"
+    )
 
 
 def from_rows(segment_rows: Rows) -> list[Message]:
@@ -271,9 +281,28 @@ def raw_rows(conn: sqlite3.Connection, segs: list[tuple[str, int, int]]) -> Rows
 
 def raw_read(conn: sqlite3.Connection, segs: list[tuple[str, int, int]]) -> list[Message]:
     """The messages of ``segs``, read and built with the collector paused when they are many
-    (``_stored.gc_paused``: the rows are as many containers as the models)."""
+    (``_stored.gc_paused``: the rows are as many containers as the models). A long segment is
+    read ``CHUNK_ROWS`` messages a row (``JOINED_CHUNK_SQL``), each chunk built as it comes."""
+    out: list[Message] = []
     with gc_paused(sum(hi - lo + 1 for _, lo, hi in segs)):
-        return from_rows(raw_rows(conn, segs))
+        for owner, lo, hi in segs:
+            if hi - lo < CHUNK_ROWS:
+                rows = conn.execute(HISTORY_SQL, (owner, lo, hi)).fetchall()
+                out.extend(segment(owner, lo, hi, rows))
+                continue
+            for first in range(lo, hi + 1, CHUNK_ROWS):
+                last = min(first + CHUNK_ROWS - 1, hi)
+                row = conn.execute(JOINED_CHUNK_SQL, (owner, first, last)).fetchone()
+                if row[0] != last - first + 1:
+                    _missing(owner, first, last, row[0])
+                try:
+                    joined_chunk(owner, first, row, JOINED_SEP, out)
+                except ValueError as err:
+                    raise StoreError(
+                        f"{format_ref(owner)}: stored messages #{first}-{last} cannot be"
+                        f" read: {err}"
+                    ) from err
+    return out
 
 
 def raw_read_range(

@@ -37,6 +37,20 @@ HISTORY_SQL = (
 """The same segment as ``(content, role, created_at)`` rows: the owner and the seqs
 (``lo..hi``, every one of them stored) are the segment's (``_stored.segment_messages``)."""
 
+JOINED_SEP = "\x1f"
+"""What joins the roles and the timestamps of a ``JOINED_CHUNK_SQL`` row (neither holds it)."""
+
+JOINED_CHUNK_SQL = (
+    "SELECT count(*), group_concat(content, ','),"
+    f" group_concat(role, '{JOINED_SEP}'), group_concat(created_at, '{JOINED_SEP}')"
+    " FROM (SELECT content, role, created_at FROM messages"
+    " WHERE thread_id = ? AND seq BETWEEN ? AND ? ORDER BY seq)"
+)
+"""``HISTORY_SQL``'s rows of a chunk of a segment as one row: (count, the contents joined by
+commas, the roles and the timestamps each joined by ``JOINED_SEP``), in seq order — the
+aggregate reads its ordered subquery in order, which SQLite never flattens into an aggregate
+(``_stored.joined_chunk``)."""
+
 
 def segments(
     head: int, chain: Sequence[tuple[str, int]], start: int, end: int | None

@@ -19,8 +19,9 @@ in one call, and equal timestamps (every message of one append shares one) are p
 from __future__ import annotations
 
 import gc
+import itertools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -164,14 +165,51 @@ def segment_chunk(
     """The messages of ``rows`` (message ``first_seq`` first) appended to ``out``: their
     contents parsed in one call, then built in one loop. Also for a reader that fetches a long
     segment ``CHUNK_ROWS`` rows at a time and builds each chunk as it comes (it pauses the
-    collector itself, ``gc_paused``, and checks it got every row).
+    collector itself, ``gc_paused``, and checks it got every row)."""
+    contents = pydantic_core.from_json(
+        "[" + ",".join([r[0] for r in rows]) + "]", cache_strings="keys"
+    )
+    _chunk(owner, first_seq, contents, rows, lambda i: pydantic_core.from_json(rows[i][0]), out)
+
+
+def joined_chunk(
+    owner: str, first_seq: int, row: Sequence[Any], sep: str, out: list[Message]
+) -> None:
+    """``segment_chunk`` for a chunk read as one row (``_readsql.JOINED_CHUNK_SQL``): its
+    contents' JSON texts joined by commas, its roles and its timestamps each joined by ``sep``.
+    One row of three long strings instead of a row of three short ones per message: SQLite
+    steps once, and no row is made or freed per message. ``ValueError`` (nothing appended)
+    when the row does not split into as many contents, roles and timestamps as it counts."""
+    count, contents, roles, stamps = row
+    text = "[" + (contents or "") + "]"
+    parsed = pydantic_core.from_json(text, cache_strings="keys")
+    role_list = roles.split(sep) if roles is not None else []
+    stamp_list = stamps.split(sep) if stamps is not None else []
+    if not count == len(parsed) == len(role_list) == len(stamp_list):
+        raise ValueError(
+            f"{count} rows read as {len(parsed)} contents, {len(role_list)} roles and"
+            f" {len(stamp_list)} timestamps"
+        )
+    meta = zip(itertools.repeat(None), role_list, stamp_list)
+    _chunk(owner, first_seq, parsed, meta, lambda i: pydantic_core.from_json(text)[i], out)
+
+
+def _chunk(
+    owner: str,
+    first_seq: int,
+    contents: list[Any],
+    meta: Iterable[Sequence[Any]],
+    fresh: Callable[[int], Any],
+    out: list[Message],
+) -> None:
+    """The build of one chunk: ``contents`` (each message's parsed block list), ``meta`` its
+    ``(anything, role, created_at)`` rows in the same order, and ``fresh(i)``: the i-th content
+    parsed anew, for a message whose shape is not a known one (building may have changed the
+    parsed blocks before that was found).
 
     The parser caches the keys' strings alone: looking every short value up in its cache cost
     more (a 20,000-message build 37 -> 35 ms) than it saved; a block's ``type`` is the module's
     own string instead."""
-    contents = pydantic_core.from_json(
-        "[" + ",".join([r[0] for r in rows]) + "]", cache_strings="keys"
-    )
     new, set_dict, set_fields = _new, _set_dict, _set_fields
     set_extra, set_private = _set_extra, _set_private
     shapes, message, message_set = _SHAPES, Message, _MESSAGE_SET
@@ -179,7 +217,7 @@ def segment_chunk(
     at = _EPOCH
     append = out.append
     seq = first_seq
-    for (_, role, created_at), content in zip(rows, contents, strict=True):
+    for (_, role, created_at), content in zip(meta, contents, strict=True):
         if created_at != last:  # every message of one append shares its timestamp
             at = _stamp(created_at)
             last = created_at
@@ -205,10 +243,7 @@ def segment_chunk(
             if not i:
                 raise _Unknown
         except (_Unknown, KeyError, TypeError):
-            # parsed again: building may have changed some of the parsed blocks
-            append(
-                _validated(owner, seq, role, pydantic_core.from_json(rows[seq - first_seq][0]), at)
-            )
+            append(_validated(owner, seq, role, fresh(seq - first_seq), at))
         else:
             m = new(message)
             set_dict(
