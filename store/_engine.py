@@ -348,14 +348,7 @@ class Database:
                 self.appender = _raw_writer(self.path, synchronous)
             self.writer = create_async_engine(self.url, pool_size=1, max_overflow=0)
             self.reader = create_async_engine(self.url, pool_size=4, max_overflow=4)
-            # with the raw writer, its checkpointer checkpoints for this connection too: SQLite's
-            # automatic one would run inside a commit, in the writer queue (store._rawwrite)
-            self._sqlite_hooks(
-                self.writer,
-                begin="BEGIN IMMEDIATE",
-                synchronous=synchronous,
-                autocheckpoint=self.appender is None,
-            )
+            self._sqlite_hooks(self.writer, begin="BEGIN IMMEDIATE", synchronous=synchronous)
             self._sqlite_hooks(self.reader, begin="BEGIN", synchronous=synchronous)
         else:
             # a host frozen or cut off mid-transaction would hold its row locks until it came
@@ -371,9 +364,7 @@ class Database:
             self.reader = self.writer
 
     @staticmethod
-    def _sqlite_hooks(
-        engine: AsyncEngine, *, begin: str, synchronous: str, autocheckpoint: bool = True
-    ) -> None:
+    def _sqlite_hooks(engine: AsyncEngine, *, begin: str, synchronous: str) -> None:
         @event.listens_for(engine.sync_engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
             # pysqlite's own transaction handling is switched off; ``_on_begin`` emits ours
@@ -383,8 +374,6 @@ class Database:
             cur.execute("PRAGMA journal_mode = WAL")
             cur.execute("PRAGMA foreign_keys = ON")
             cur.execute(f"PRAGMA synchronous = {synchronous}")
-            if not autocheckpoint:
-                cur.execute("PRAGMA wal_autocheckpoint = 0")
             cur.close()
 
         @event.listens_for(engine.sync_engine, "begin")
@@ -407,8 +396,6 @@ class Database:
                 result = await fn(conn)
         except (exc.SQLAlchemyError, OSError) as err:
             raise translate(err, where=where) from err
-        if self.appender is not None:
-            self.appender.wrote()
         return result
 
     async def write_sqlite(
@@ -416,21 +403,16 @@ class Database:
         fn: Callable[[sqlite3.Connection], T],
         *,
         where: str = "",
-        rows: int = 1,
-        nbytes: int = 0,
     ) -> T:
         """``write`` on the raw ``sqlite3`` writer of a SQLite file (``appender``, see
         ``store._rawwrite``): ``fn`` gets a ``sqlite3`` connection in ``BEGIN IMMEDIATE``, in
-        this process's turn of the writer queue like every other write. ``rows``, ``nbytes``:
-        about how much it writes (the writer's checkpoint schedule)."""
+        this process's turn of the writer queue like every other write."""
         if self.appender is None:
             raise DatabaseError(f"{where}: no raw sqlite3 writer on {self.display}")
         fd = self.queue.file() if self.queue is not None else None
         timeout = BUSY_TIMEOUT_MS / 1000
         try:
-            return await self.appender.run(
-                fn, queue_fd=fd, queue_timeout_s=timeout, rows=rows, nbytes=nbytes
-            )
+            return await self.appender.run(fn, queue_fd=fd, queue_timeout_s=timeout)
         except QueueTimeout:
             assert self.queue is not None
             raise DatabaseError(self.queue.held_too_long(where, timeout)) from None

@@ -218,7 +218,6 @@ async def write_raw(
     fn: Callable[[sqlite3.Connection], T],
     *,
     where: str,
-    rows: int = 1,
     terminal: bool = False,
 ) -> T:
     """``Writer.run`` (``terminal``: ``Writer.terminal``) of ``fn`` on the raw ``sqlite3``
@@ -228,7 +227,7 @@ async def write_raw(
 
     async def run() -> T:
         async with writer.lock:
-            return await finish_uncancelled(writer.db.write_sqlite(fn, where=where, rows=rows))
+            return await finish_uncancelled(writer.db.write_sqlite(fn, where=where))
 
     return await (finish_uncancelled(run()) if terminal else run())
 

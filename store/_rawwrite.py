@@ -8,14 +8,14 @@ per table) and ``COMMIT`` on a connection with the store's PRAGMAs (WAL, ``synch
 ``busy_timeout``, foreign keys), so a caller's await returns when its rows are on disk. A busy
 database waits there exactly as on the ORM path: ``BEGIN IMMEDIATE`` under the busy timeout.
 
-Checkpoints: SQLite's automatic checkpoint runs inside the ``COMMIT`` that crosses its threshold,
-so that append — and, behind the writer queue of ``store._engine``, every process waiting for
-it — waits for a copy of the WAL into the database and its fsync. This connection (and the ORM
-writer beside it) switches it off and hands the checkpoint to a thread of its own (a PASSIVE
-checkpoint on its own connection, which never blocks writers) every ``CHECKPOINT_PAGES`` pages
-written, so no append waits for one. (``tests/benchmarks/bench_multiproc.py``'s
-``inlineckpt_N`` measures what that is worth; most of the cross-process stall was the queue
-held across two event-loop hops, which taking it on this thread removes.)
+Checkpoints: SQLite's own, automatic one (every 1000 WAL pages, by the connection whose commit
+crosses that), which runs inside that ``COMMIT`` and so inside the writer queue. That is where
+it must run: a checkpoint can only let the next writer start the WAL over when no other writer
+has appended since it began. Run beside the writers instead (a PASSIVE checkpoint on a thread of
+its own, as this module once did), it was never complete when the next write came, the WAL
+grew for as long as several processes kept writing (51 MB against 4 MB for 4 processes × 300
+appends), and every commit paid for the longer file (``tests/benchmarks/bench_multiproc.py``:
+1,450-1,600 appends/s against 1,800-2,000, p50 2.5 against 2.0 ms).
 
 This module imports nothing of the store; ``store._engine.Database`` owns the writer and
 translates its errors.
@@ -31,16 +31,11 @@ import queue
 import sqlite3
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-
-CHECKPOINT_PAGES = 1000
-"""WAL pages written by this writer after which it asks for a checkpoint (SQLite's default
-automatic threshold)."""
 
 
 def connect(path: Path, *, busy_timeout_ms: int, synchronous: str) -> sqlite3.Connection:
@@ -77,25 +72,17 @@ class RawWriter:
         self._busy_timeout_ms = busy_timeout_ms
         self._synchronous = synchronous
         self._conn: sqlite3.Connection | None = None
-        self._page_size = 4096
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._stuck: _Job | None = None
-        self._checkpointer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tl-ckpt")
-        self._ckpt_conn: sqlite3.Connection | None = None
-        self._ckpt_busy = threading.Lock()
-        self._pages = 0
         self._closed = False
 
     @property
     def conn(self) -> sqlite3.Connection:
         if self._conn is None:
-            conn = connect(
+            self._conn = connect(
                 self.path, busy_timeout_ms=self._busy_timeout_ms, synchronous=self._synchronous
             )
-            conn.execute("PRAGMA wal_autocheckpoint = 0")
-            self._page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
-            self._conn = conn
         return self._conn
 
     async def run(
@@ -104,8 +91,6 @@ class RawWriter:
         *,
         queue_fd: int | None = None,
         queue_timeout_s: float = 30.0,
-        rows: int = 1,
-        nbytes: int = 0,
     ) -> T:
         """``fn(conn)`` inside ``BEGIN IMMEDIATE`` … ``COMMIT`` on the writer thread, rolled
         back if it raises; ``sqlite3`` errors are raised as they are.
@@ -115,8 +100,7 @@ class RawWriter:
         kernel and is woken straight into its transaction, and the queue is free again the
         moment the commit is, without a hop through the event loop on either side. A wait longer
         than ``queue_timeout_s`` raises ``QueueTimeout`` (the transaction is then never run);
-        once it has begun it is waited for whatever the time. ``rows``, ``nbytes``: about how
-        many messages and bytes it writes (the checkpoint schedule)."""
+        once it has begun it is waited for whatever the time."""
         if self._closed:
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
         if self._thread is None:
@@ -140,18 +124,7 @@ class RawWriter:
             raise
         finally:
             timer.cancel()
-        self.wrote(rows=rows, nbytes=nbytes)
         return result
-
-    def wrote(self, *, rows: int = 1, nbytes: int = 0) -> None:
-        """A transaction of about ``rows`` rows and ``nbytes`` bytes committed on this file by
-        this process (here or on another connection with automatic checkpoints off): a
-        checkpoint is asked for once they add up to ``CHECKPOINT_PAGES``."""
-        # each row dirties its table's and index's pages (messages: the full-text segment and
-        # the thread row too); its text about twice over (row and index)
-        self._pages += 4 + 2 * rows + 2 * nbytes // self._page_size
-        if self._pages >= CHECKPOINT_PAGES:
-            self._request_checkpoint()
 
     def _give_up(self, job: _Job, fut: asyncio.Future[Any], timeout: float) -> None:
         with job.guard:
@@ -209,37 +182,10 @@ class RawWriter:
             raise
         return result
 
-    def _request_checkpoint(self) -> None:
-        if self._closed or not self._ckpt_busy.acquire(blocking=False):
-            return  # one is running: it will see these pages too
-        self._pages = 0
-        try:
-            self._checkpointer.submit(self._checkpoint)
-        except RuntimeError:  # shut down meanwhile
-            self._ckpt_busy.release()
-
-    def _checkpoint(self) -> None:
-        try:
-            if self._ckpt_conn is None:
-                self._ckpt_conn = connect(
-                    self.path, busy_timeout_ms=0, synchronous=self._synchronous
-                )
-            # PASSIVE: copies what no reader still needs, waits for nobody, blocks no writer;
-            # another process's checkpoint running meanwhile makes this one a no-op
-            self._ckpt_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        except sqlite3.Error:
-            pass  # the next one tries again; a WAL not checkpointed yet is still correct
-        finally:
-            self._ckpt_busy.release()
-
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        self._checkpointer.shutdown(wait=True)
-        if self._ckpt_conn is not None:
-            self._ckpt_conn.close()
-            self._ckpt_conn = None
         if self._thread is not None:
             self._jobs.put(None)
             if self._stuck is not None:

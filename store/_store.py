@@ -119,7 +119,6 @@ class Store:
                     c, now, messages, job_id=job_id, parent_id=parent_id, **values
                 ),
                 where="creating a thread",
-                rows=len(messages) + 1,
             )
         return await self._writer.run(
             lambda c: _threads.create(
@@ -456,8 +455,7 @@ class Store:
             ]  # fmt: skip
 
         if self._raw([m for _, _, msgs, _ in calls for m in msgs]):
-            rows = sum(len(msgs) + 1 for _, _, msgs, _ in calls)
-            return await write_raw(self._writer, fn_sqlite, where="spawning workers", rows=rows)
+            return await write_raw(self._writer, fn_sqlite, where="spawning workers")
         return await self._writer.run(fn, where="spawning workers")
 
     async def set_result(self, thread_id: str, result: Result) -> None:

@@ -78,12 +78,8 @@ class Writer:
         where = "appending messages"
         try:
             if all(p.encoded is not None for p in batch):
-                encoded = [e for p in batch for e in p.encoded or ()]
                 outcomes = await self.db.write_sqlite(
-                    lambda c: apply_appends_sqlite(c, batch),
-                    where=where,
-                    rows=len(encoded),
-                    nbytes=sum(len(c) + len(t) for c, t in encoded),
+                    lambda c: apply_appends_sqlite(c, batch), where=where
                 )
             else:  # PostgreSQL, or outputs stored apart (streamed through the ORM connection)
                 outcomes = await self.db.write(lambda c: apply_appends(c, batch), where=where)

@@ -1,5 +1,5 @@
 """SQLite appends on the raw ``sqlite3`` writer (``store._rawwrite``): the rows it writes are the
-ones the ORM path writes, its checkpoints run off the append path, and a queue held elsewhere
+ones the ORM path writes, its checkpoints keep the WAL bounded, and a queue held elsewhere
 neither runs a given-up append later nor keeps the store from closing."""
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from store import (
     ToolResultBlock,
     ToolUseBlock,
     _engine,
-    _rawwrite,
 )
 from store.models import Usage, UsageRecord
 
@@ -82,22 +81,39 @@ async def test_appends_take_the_raw_writer_and_write_what_the_orm_path_writes(
     assert [h.seq for h in await store.search("grep")] == [2]
 
 
-async def test_the_writer_checkpoints_on_its_own_thread_not_in_the_commit(
-    store: Store, db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+async def test_writers_taking_turns_keep_the_wal_bounded_and_checkpoint_into_the_file(
+    db_url: str, tmp_path: Path
 ) -> None:
-    appender = store.db.appender
-    assert appender is not None
-    [[auto]] = appender.conn.execute("PRAGMA wal_autocheckpoint").fetchall()
-    assert auto == 0  # SQLite would run it inside COMMIT, in the writer queue
-    monkeypatch.setattr(_rawwrite, "CHECKPOINT_PAGES", 20)
-    tid = (await store.create_thread(kind="worker")).id
-    for i in range(10):
-        await store.append(tid, NewMessage.user(f"message {i}"))
-    await asyncio.to_thread(appender._checkpointer.submit(lambda: None).result)  # ran by now
+    """Two stores on one file (two processes' writers, each its own connection) appending in
+    turn: SQLite's automatic checkpoint runs in the commit that crosses 1000 WAL pages, inside
+    the writer queue, so it is complete before the next writer starts and that writer starts
+    the WAL over. (Checkpoints run beside the writers were never complete when the next write
+    came: the WAL grew with every append.)"""
+    stores = [await Store.open(db_url), await Store.open(db_url)]
+    try:
+        page = stores[0].db.appender.conn.execute("PRAGMA page_size").fetchone()[0]
+        tids = [(await s.create_thread(kind="worker")).id for s in stores]
+        wal = Path(db_url + "-wal")
+        sizes = []
+        for i in range(600):
+            await asyncio.gather(
+                *(
+                    s.append(t, NewMessage.user(f"message {i} " + "x" * 200))
+                    for s, t in zip(stores, tids, strict=True)
+                )
+            )
+            sizes.append(wal.stat().st_size)
+        assert sizes[-1] > 0
+        written = 2 * 600 * 3  # pages: at least the message, its index entry and the thread row
+        assert written > 3 * 1000  # the WAL had to start over several times
+        assert max(sizes) < 1500 * page, f"the WAL grew to {max(sizes) // page} pages"
+    finally:
+        for s in stores:
+            await s.close()
     # the database file alone (no WAL beside it) holds what was checkpointed into it
     alone = tmp_path / "alone.db"
     shutil.copyfile(db_url, alone)
-    [(count,)] = _rows(alone, f"SELECT count(*) FROM messages WHERE thread_id = '{tid}'")
+    [(count,)] = _rows(alone, "SELECT count(*) FROM messages")
     assert isinstance(count, int) and count > 0
 
 
