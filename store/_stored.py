@@ -13,7 +13,9 @@ equal for every shape.
 
 A history is read per segment (``_readsql.segments``) as ``(content, role, created_at)`` rows
 (``_readsql.HISTORY_SQL``): the owner and the seqs are the segment's, the contents are parsed
-in one call, and equal timestamps (every message of one append shares one) are parsed once.
+in one call, and equal timestamps (every message of one append shares one) are parsed once;
+a long segment read through raw ``sqlite3`` comes ``CHUNK_ROWS`` messages a row instead
+(``_readsql.JOINED_CHUNK_SQL``, ``joined_chunk``). Both build through one loop (``_chunk``).
 """
 
 from __future__ import annotations
@@ -163,9 +165,8 @@ def segment_chunk(
     owner: str, first_seq: int, rows: Sequence[Sequence[Any]], out: list[Message]
 ) -> None:
     """The messages of ``rows`` (message ``first_seq`` first) appended to ``out``: their
-    contents parsed in one call, then built in one loop. Also for a reader that fetches a long
-    segment ``CHUNK_ROWS`` rows at a time and builds each chunk as it comes (it pauses the
-    collector itself, ``gc_paused``, and checks it got every row)."""
+    contents parsed in one call, then built in one loop (``_chunk``). A raw ``sqlite3`` read of
+    a long segment fetches its chunks as single rows instead (``joined_chunk``)."""
     contents = pydantic_core.from_json(
         "[" + ",".join([r[0] for r in rows]) + "]", cache_strings="keys"
     )
