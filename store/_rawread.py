@@ -48,7 +48,7 @@ from ._rawmodels import (
     stamp,
     strs,
 )
-from ._readsql import CHAIN_SQL, MESSAGES_SQL, fts5_query, fts5_search_sql, segments
+from ._readsql import CHAIN_SQL, MESSAGES_SQL, fts5_rows, segments
 from ._schema import SCHEMA_HEAD
 from .errors import AmbiguousRef, ThreadNotFound
 from .refs import ThreadRef, anchor_range, format_ref, is_full_id, prefix_upper
@@ -300,14 +300,12 @@ def usage_totals(
 def search(
     conn: sqlite3.Connection, query: str, *, job_id: str | None = None, limit: int = 20
 ) -> list[RawHit]:
-    """``Store.search`` on SQLite: the same statement, so the same hits, order and snippets."""
-    q = fts5_query(query)
-    if not q:
-        return []
-    sql = fts5_search_sql(by_job=bool(job_id))
-    params: dict[str, Any] = {"q": q, "job": job_id, "n": limit}
+    """``Store.search`` on SQLite: the same statements, so the same hits, order and snippets."""
     hits = []
-    for thread_id, seq, role, snip in conn.execute(sql, params):
+    rows = fts5_rows(
+        lambda sql, p: conn.execute(sql, p).fetchall(), query, job_id=job_id, limit=limit
+    )
+    for thread_id, seq, role, snip in rows:
         if role not in ("user", "assistant"):
             raise Unsupported(f"role {role!r}")
         hits.append(RawHit(thread_id, int(seq), " ".join(str(snip).split()), role))

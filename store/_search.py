@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ._readsql import SNIPPET_WORDS, fts5_query, fts5_search_sql, terms
+from ._readsql import SNIPPET_WORDS, fts5_rows, terms
 from .models import (
     ContentBlock,
     SearchHit,
@@ -92,26 +93,40 @@ def _pg_search_sql(*, by_job: bool) -> str:
 async def search(
     conn: AsyncConnection, query: str, *, job_id: str | None, limit: int
 ) -> list[SearchHit]:
-    if conn.dialect.name == "sqlite":
-        q = fts5_query(query)
-        if not q:
-            return []
-        sql = fts5_search_sql(by_job=bool(job_id))
-    else:
-        q = tsquery(query)
-        if not q:
-            return []
-        sql = _pg_search_sql(by_job=bool(job_id))
+    if conn.dialect.name == "sqlite":  # a database that is not a file (the raw reader's, else)
+        return await conn.run_sync(
+            lambda c: hits(
+                fts5_rows(
+                    lambda sql, p: c.exec_driver_sql(sql, p).all(),
+                    query,
+                    job_id=job_id,
+                    limit=limit,
+                )
+            )
+        )
+    q = tsquery(query)
+    if not q:
+        return []
     params: dict[str, Any] = {"q": q, "n": limit}
     if job_id:
         params["job"] = job_id
-    rows = (await conn.execute(sa.text(sql), params)).all()
+    rows = (await conn.execute(sa.text(_pg_search_sql(by_job=bool(job_id))), params)).all()
+    return hits(rows)
+
+
+def sqlite_search(
+    conn: sqlite3.Connection, query: str, *, job_id: str | None, limit: int
+) -> list[SearchHit]:
+    """``search`` on a plain ``sqlite3`` connection (the store's raw reader)."""
+    rows = fts5_rows(
+        lambda sql, p: conn.execute(sql, p).fetchall(), query, job_id=job_id, limit=limit
+    )
+    return hits(rows)
+
+
+def hits(rows: Sequence[Sequence[Any]]) -> list[SearchHit]:
+    """Search hits of ``(thread_id, seq, role, snippet)`` rows, each snippet on one line."""
     return [
-        SearchHit(
-            thread_id=r.thread_id,
-            seq=int(r.seq),
-            role=r.role,
-            snippet=" ".join(str(r.snip).split()),
-        )
-        for r in rows
+        SearchHit(thread_id=t, seq=int(seq), role=role, snippet=" ".join(str(snip).split()))
+        for t, seq, role, snip, *_ in rows
     ]

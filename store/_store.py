@@ -505,6 +505,11 @@ class Store:
     ) -> list[SearchHit]:
         """Full-text search over every message of every thread: hits as ``T-…#seq`` with a
         one-line snippet, best first."""
+        if self.db.raw is not None:
+            return await self.db.raw.run(
+                lambda c: _search.sqlite_search(c, query, job_id=job_id, limit=limit),
+                where="searching",
+            )
         return await self.db.read(
             lambda c: _search.search(c, query, job_id=job_id, limit=limit), where="searching"
         )

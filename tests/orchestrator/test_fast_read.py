@@ -527,8 +527,7 @@ def test_the_fast_reader_shares_the_stores_rules_rather_than_copying_them() -> N
     assert _engine.SCHEMA_HEAD is _schema.SCHEMA_HEAD
     assert _rawread.BUSY_TIMEOUT_MS == _engine.BUSY_TIMEOUT_MS
     # one definition each, in the SQLAlchemy-free _readsql: a copy would drift
-    assert _rawread.fts5_query is _search.fts5_query is _readsql.fts5_query
-    assert _rawread.fts5_search_sql is _search.fts5_search_sql
+    assert _rawread.fts5_rows is _search.fts5_rows is _readsql.fts5_rows
     assert _rawread.segments is _history.segments is _readsql.segments
     assert _rawread.CHAIN_SQL is _history.CHAIN_SQL
     assert _readsql.fts5_query('foo.py:12 "a phrase" x"y') == '"foo.py:12" "a phrase" "xy"'

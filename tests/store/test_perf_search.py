@@ -1,19 +1,23 @@
 """Search ranks every hit but builds snippets, joins messages and reads tie-break columns only
 for the hits it returns (issue 11): the hits and their order are the ones the single statement
 that did all of that for every hit gave, on SQLite and PostgreSQL — many hits, ties across the
-cut, limits around the number of hits, within a job, phrases."""
+cut, limits around the number of hits, within a job, phrases. On SQLite the first statement
+keeps only the best ``limit + TOP_SLACK`` hits; when the ties of the page's last rank may reach
+past them, the full statement answers instead: the same hits either way."""
 
 from __future__ import annotations
 
 import random
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store import NewMessage, SearchHit, Store
-from store._readsql import SNIPPET_WORDS, fts5_query
+from store import NewMessage, SearchHit, Store, _readsql
+from store._readsql import SNIPPET_WORDS, fts5_query, fts5_rows
 from store._search import tsquery
 
 WORDS = [
@@ -100,10 +104,12 @@ async def _corpus(store: Store) -> list[str]:
     return jobs
 
 
+@pytest.mark.parametrize("slack", [_readsql.TOP_SLACK, 0, 3])
 @pytest.mark.parametrize("query", ["parser", "parser error", '"parser error"', "cursor.index"])
 async def test_search_returns_the_same_hits_in_the_same_order_as_before(
-    store: Store, query: str
+    store: Store, query: str, slack: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(_readsql, "TOP_SLACK", slack)  # small: the ties overflow, full statement
     jobs = await _corpus(store)
     total = len(await _reference(store, query, job_id=None, limit=100_000))
     assert total > 20  # the point: more hits than a page, ties across the cut
@@ -121,3 +127,35 @@ async def test_search_returns_the_same_hits_in_the_same_order_as_before(
 async def test_search_with_a_limit_of_zero_finds_nothing(store: Store) -> None:
     await _corpus(store)
     assert await store.search("parser", limit=0) == []
+
+
+_RANKS = "SELECT bm25(messages_fts) AS r FROM messages_fts WHERE messages_fts MATCH ? ORDER BY r"
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+async def test_the_full_statement_answers_only_when_ties_may_reach_past_the_kept_hits(
+    store: Store, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _corpus(store)  # every fourth message the same text: ties on the best rank
+    conn = sqlite3.connect(Path(db_url))
+    ran: list[str] = []
+
+    def execute(sql: str, params: dict[str, Any]) -> list[Any]:
+        ran.append("top" if "LIMIT :k" in sql else "full")
+        return conn.execute(sql, params).fetchall()
+
+    try:
+        q = fts5_query("parser error")
+        ranks = [r for (r,) in conn.execute(_RANKS, (q,))]
+        n = next(i for i in range(1, len(ranks)) if ranks[i - 1] == ranks[i])  # a tie at the cut
+        want = await _reference(store, "parser error", job_id=None, limit=n)
+        assert [tuple(r) for r in fts5_rows(execute, "parser error", job_id=None, limit=n)] == want
+        assert ran == ["top"]  # n + 500 kept: every tie of the n-th rank among them
+        ran.clear()
+        monkeypatch.setattr(_readsql, "TOP_SLACK", 1)  # n + 1 kept: the ties may run past
+        assert [tuple(r) for r in fts5_rows(execute, "parser error", job_id=None, limit=n)] == want
+        assert ran == ["top", "full"]
+        ran.clear()
+        assert fts5_rows(execute, "zzyzx", job_id=None, limit=5) == [] and ran == ["top"]
+    finally:
+        conn.close()
