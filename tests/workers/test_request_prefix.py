@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from store import Kind, NewMessage, Status, Store
-from workers import ModelRequest, ModelResponse, build_tools, run_thread
+from store import Kind, NewMessage, Status, Store, format_ref
+from workers import ModelRequest, ModelResponse
 from workers._request import Prefix, RequestBuilder
 from workers.providers import FunctionModel, text_response, tool_response
 
-from .test_loop import TOOLS
+from .test_loop_nudges import TOOLS, new_thread, run
 
 
 def views(n: int) -> list[NewMessage]:
@@ -60,24 +60,10 @@ async def test_every_request_of_a_run_is_the_history_as_it_stood(
         return text_response("done")
 
     model = FunctionModel(reply)
-    info = await store.create_thread(
-        kind=Kind.LEAD,
-        title="t",
-        system_prompt="p",
-        tools=TOOLS,
-        model="function:test",
-        status=Status.QUEUED,
-        messages=[NewMessage.user("go")],
-    )
-    outcome = await run_thread(
-        store,
-        info.id,
-        model=model,
-        tools=build_tools(TOOLS),
-        workspace=workspace,
-    )
+    tid = await new_thread(store, Kind.LEAD, tools=TOOLS)
+    outcome = await run(store, tid, model, workspace)
     assert outcome.status == Status.DONE
-    stored = await store.messages(info.id)
+    stored = await store.messages(tid)
     assert [len(r.messages) for r in model.requests] == [1, 3, 5, 7]
     for request in model.requests:
         n = len(request.messages)
@@ -87,5 +73,5 @@ async def test_every_request_of_a_run_is_the_history_as_it_stood(
     # the last request's tool results are the model's views of the stored ones (labelled with
     # the ref of the message that stores them), the same objects the earlier requests carry
     last = model.requests[-1].messages
-    assert last[2].content[0].text.startswith(f"[{info.ref}#3]\n")
+    assert last[2].content[0].text.startswith(f"[{format_ref(tid)}#3]\n")
     assert model.requests[1].messages[2] is last[2]
