@@ -341,6 +341,12 @@ class Database:
         self.appender: RawWriter | None = None
         if self.dialect == "sqlite":
             self.path = _sqlite_path(self.url)
+            if self.path is None and self.url.database in (None, "", ":memory:"):
+                raise DatabaseUnavailable(
+                    f"an in-memory SQLite database ({self.url.render_as_string()!r}) cannot hold"
+                    " threads: they must outlive the process and be seen by every connection;"
+                    " use a file path (a temporary one for tests)"
+                )
             if self.path is not None:
                 prepare_sqlite_file(self.path, create_dirs=create_dirs)
                 self.raw = RawSqliteReader(self.path)

@@ -5,7 +5,8 @@ process (an import reads what is stored, then creates what is missing: two at on
 create it). SQLite: an exclusive ``flock`` on a sidecar file ``<db>-<name>.lock``, waited for
 in a thread (the kernel wakes the waiter on release; the lock goes with the process if it
 dies). PostgreSQL: a session advisory lock on a connection of its own, held for the block.
-Elsewhere (an in-memory SQLite database, one process by nature): a lock of this process.
+Elsewhere (a SQLite database named by a ``file:`` URI, whose file threadloom does not know):
+a lock of this process.
 """
 
 from __future__ import annotations

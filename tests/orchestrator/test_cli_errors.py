@@ -75,6 +75,17 @@ def test_a_database_directory_that_does_not_exist_is_one_line_exit_2(tmp_path: P
     assert not missing.parent.exists()
 
 
+@pytest.mark.parametrize(
+    "url", ["sqlite+aiosqlite://", "sqlite:///:memory:", "mysql://localhost/threads"]
+)
+def test_a_database_url_threadloom_cannot_use_is_one_line_exit_2(url: str) -> None:
+    proc = run_cli("--json", "ls", db=url)
+    assert proc.returncode == 2
+    line = assert_one_error_line(proc.stderr, url.split(":")[0])
+    assert "memory" in line or "unsupported database URL" in line
+    assert json.loads(proc.stdout)["error"]["code"] == 2
+
+
 def test_help_and_ls_do_not_import_the_anthropic_sdk(sample: Sample) -> None:
     script = shutil.which("threadloom", path=str(Path(sys.executable).parent))
     assert script is not None, "the console script is installed"
