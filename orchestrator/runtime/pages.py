@@ -13,11 +13,15 @@ and ``grep`` see such an output's inline preview (its head and tail).
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
-import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+import regex
 
 from store import (
     ContentBlock,
@@ -38,6 +42,9 @@ DEFAULT_MAX_CHARS = 12_000
 MIN_MAX_CHARS = 500
 MAX_MAX_CHARS = 100_000
 _GREP_LINE_CHARS = 300
+GREP_BUDGET_S = 2.0
+"""How long one page's grep may spend matching. A pattern comes from a model or a client, and
+one that backtracks catastrophically (``(a|aa)+$``) would otherwise match for ever."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,11 +168,20 @@ def _has_stored(msg: Message) -> bool:
     return any(isinstance(b, ToolResultBlock) and b.stored is not None for b in msg.content)
 
 
-def _grep_lines(msg: Message, thread_id: str, pattern: re.Pattern[str]) -> list[str]:
+def _grep_lines(
+    msg: Message, thread_id: str, pattern: regex.Pattern[str], deadline: float
+) -> list[str]:
     ref = format_ref(thread_id, msg.seq)
     lines = []
     for line in message_text(msg, thread_id).splitlines()[1:]:
-        if pattern.search(line):
+        try:
+            found = pattern.search(line, timeout=max(deadline - time.monotonic(), 0.001))
+        except TimeoutError:
+            raise ReadError(
+                f"pattern {pattern.pattern[:80]!r} took longer than {GREP_BUDGET_S:g} s on {ref}"
+                " (it backtracks too much): make it simpler or more specific"
+            ) from None
+        if found:
             lines.append(f"{ref}: {_one_line(line, _GREP_LINE_CHARS)}")
     return lines
 
@@ -185,13 +201,14 @@ def paginate(
     ``note`` (at most a line) goes after the header."""
     if not msgs:
         return Page(f"{format_ref(thread_id)} has {total} messages; nothing in that range.", None)
-    rx: re.Pattern[str] | None = None
+    rx: regex.Pattern[str] | None = None
+    deadline = time.monotonic() + GREP_BUDGET_S
     if mode == "grep":
         if not pattern:
             raise ReadError("mode 'grep' needs a pattern")
         try:
-            rx = re.compile(pattern)
-        except re.error as err:
+            rx = regex.compile(pattern)
+        except regex.error as err:
             raise ReadError(f"bad pattern {pattern!r}: {err}") from None
     first = msgs[0].seq
     budget = max_chars - 200  # room for the header and footer lines
@@ -208,7 +225,7 @@ def paginate(
             pieces = [text] if text else []
         else:
             assert rx is not None
-            pieces = _grep_lines(msg, thread_id, rx)
+            pieces = _grep_lines(msg, thread_id, rx, deadline)
         if body and mode in ("messages", "tool_outputs") and _has_stored(msg):
             break  # paged through on its own, from the next page (``read_page``)
         chunk = "\n".join(pieces)
@@ -294,7 +311,8 @@ async def read_page(
             return await _page_in_message(
                 store, info.id, msgs[0], parts, offset, max_chars, info.head_seq, resolved, note
             )
-    return paginate(
+    page = functools.partial(
+        paginate,
         info.id,
         msgs,
         mode=mode,
@@ -304,6 +322,9 @@ async def read_page(
         pattern=pattern,
         note=note,
     )
+    # up to 500 messages matched against a pattern: in a thread, so that the event loop (a
+    # job's other threads, an MCP server's other calls) never waits for it
+    return await asyncio.to_thread(page) if mode == "grep" else page()
 
 
 async def _page_in_message(

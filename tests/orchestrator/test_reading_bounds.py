@@ -3,10 +3,13 @@ does not resolve in place and never alters a citation it keeps."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
+from orchestrator.errors import ReadError
+from orchestrator.runtime import pages
 from orchestrator.runtime.lead_tools import ReadThreadInput, check_citations
 from orchestrator.runtime.pages import MIN_MAX_CHARS, read_page
 from store import Kind, NewMessage, Store
@@ -58,3 +61,26 @@ async def test_citations_that_do_not_resolve_are_marked_and_kept_ones_untouched(
     assert f"{ref}#9" in dropped
     assert f"{prefix} [not found];" in marked
     assert marked.count("[not found]") == len(dropped)
+
+
+async def test_a_grep_pattern_that_backtracks_for_ever_is_an_error_and_the_loop_runs_on(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """read_thread's pattern comes from a model or an MCP client: ``(a|aa)+$`` over a line of
+    40 a's and a b backtracks for ever. The page's matching is bounded (``GREP_BUDGET_S``) and
+    runs off the event loop, so the process's other work goes on meanwhile."""
+    monkeypatch.setattr(pages, "GREP_BUDGET_S", 0.5)
+    info = await store.create_thread(
+        kind=Kind.WORKER, messages=[NewMessage.user("a" * 40 + "b"), NewMessage.assistant("ok")]
+    )
+    grep = asyncio.create_task(read_page(store, info.ref, mode="grep", pattern="(a|aa)+$"))
+    ticks = 0
+    while not grep.done():  # the loop keeps running other tasks while the grep matches
+        await asyncio.sleep(0.01)
+        ticks += 1
+    with pytest.raises(ReadError, match=r"took longer than 0\.5 s on T-\w+#1 \(it backtracks"):
+        await grep
+    assert ticks >= 10
+    # a pattern that matches in time still answers
+    page = await read_page(store, info.ref, mode="grep", pattern="a+b$")
+    assert f"{info.ref}#1:" in page.text

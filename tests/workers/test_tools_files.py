@@ -24,6 +24,7 @@ from workers.tools import (
     ToolContext,
     ToolOutput,
     WriteFileTool,
+    _grep_python,
     build_tools,
 )
 
@@ -623,3 +624,18 @@ def test_package_exports_a_sorted_all_of_real_names() -> None:
     assert names == sorted(names, key=isort_key)
     for name in names:
         assert hasattr(tools_pkg, name)
+
+
+async def test_a_pattern_that_backtracks_for_ever_fails_the_python_grep_in_bounded_time(
+    ws: Path, ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ripgrep, the grep tool matches with Python: a pattern that backtracks
+    catastrophically is stopped after ``BUDGET_S`` with an error naming where, instead of
+    running for ever in a thread nothing can stop."""
+    monkeypatch.setattr(_grep_python, "BUDGET_S", 0.5)
+    (ws / "a.txt").write_text("ok\n" + "a" * 40 + "b\n")
+    out = await call(GrepTool(engine="python"), ctx, pattern="(a|aa)+$")
+    assert out.is_error
+    assert "took longer than 0.5 s (at a.txt:2): it backtracks too much" in out.text
+    fine = await call(GrepTool(engine="python"), ctx, pattern="a+b$")
+    assert not fine.is_error and "a.txt:2:" in fine.text

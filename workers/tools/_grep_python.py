@@ -10,20 +10,27 @@ matched without its terminator. The search path itself is never filtered by the 
 from __future__ import annotations
 
 import os
-import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
+
+import regex
 
 from ._errors import ToolFailure
 from ._glob import OverrideGlob
 from ._grep_common import GrepResult, show_line
 from ._paths import Guard, open_regular, walk_tree
 
+BUDGET_S = 10.0
+"""How long one search may spend matching: a pattern that backtracks catastrophically
+(``(a|aa)+$``) would otherwise run for ever in a thread nothing can stop (ripgrep's engine has
+no such patterns)."""
 
-def compile_pattern(pattern: str) -> re.Pattern[str]:
+
+def compile_pattern(pattern: str) -> regex.Pattern[str]:
     try:
-        return re.compile(pattern)
-    except re.error as exc:
+        return regex.compile(pattern)
+    except regex.error as exc:
         raise ToolFailure(f"invalid regex {pattern!r}: {exc}") from None
 
 
@@ -36,7 +43,8 @@ def grep_python(
     cap: int,
     guard: Guard | None = None,
 ) -> GrepResult:
-    regex = compile_pattern(pattern)
+    rx = compile_pattern(pattern)
+    deadline = time.monotonic() + BUDGET_S
     result = GrepResult(cap=cap)
     guard = guard or Guard.of(root)
     for rel, path in _candidates(root, target, glob, guard):
@@ -51,15 +59,29 @@ def grep_python(
                         binary = True
                         break
                     line = raw.removesuffix(b"\n")
-                    if regex.search(line.decode("utf-8", "replace")):
+                    text = line.decode("utf-8", "replace")
+                    try:
+                        found = rx.search(text, timeout=max(deadline - time.monotonic(), 0.001))
+                    except TimeoutError:
+                        raise _TooSlow(f"{rel}:{number}") from None
+                    if found:
                         count += 1
                         if len(matches) < room:
                             matches.append((number, show_line(line)))
+        except _TooSlow as slow:
+            raise ToolFailure(
+                f"the pattern {pattern[:80]!r} took longer than {BUDGET_S:g} s (at {slow}): it"
+                " backtracks too much; make it simpler or more specific"
+            ) from None
         except (OSError, ToolFailure):
             continue  # unreadable or replaced meanwhile: ripgrep skips it too
         if not binary and count:
             result.add_file(os.fsencode(rel), matches, count)
     return result
+
+
+class _TooSlow(Exception):
+    """The search ran past ``BUDGET_S`` (where, in ``args``)."""
 
 
 def _candidates(
