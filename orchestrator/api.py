@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from store import Kind, NewMessage, SearchHit, Status, Store, ThreadInfo, Usage, format_ref, new_id
 
 from . import views
+from .errors import CliError
 from .runtime.pages import DEFAULT_MAX_CHARS
 
 if TYPE_CHECKING:
@@ -202,13 +203,29 @@ class Orchestrator:
     ) -> JobOutcome:
         """Continue a thread with its whole history (and ``message``, if given); same ref. A
         lead's ref resumes the whole job: finished workers are reused, interrupted ones resumed."""
-        from workers import parse_model_spec
-
-        info = await self._thread(ref)
+        info = await self.check_resume(ref, message, model=model)
         if model is not None:
-            parse_model_spec(model)
             info = await self.store.update_thread(info.id, model=model)
         return await self._run_existing(info, message=message)
+
+    async def check_resume(
+        self, ref: str, message: str | None = None, *, model: str | None = None
+    ) -> ThreadInfo:
+        """Everything ``resume`` would refuse, refused now with nothing stored: a ref to a
+        message or range (resume continues a thread from its end; ``fork`` branches off at a
+        message), an empty message, and a model that cannot be built (a spec that does not
+        parse, a scripted file that cannot be read, a provider's missing key). The thread."""
+        resolved = await self.store.resolve(ref)
+        info = resolved.thread
+        if resolved.start is not None:
+            raise CliError(
+                f"resume takes a thread, not a message or a range ({ref.strip()[:80]}):"
+                f" resume {info.ref} continues it from its end; fork {ref.strip()[:80]} branches"
+                " off at that message"
+            )
+        check_message(message)
+        await self._check_model(info, model)
+        return info
 
     async def fork(
         self,
@@ -219,12 +236,17 @@ class Orchestrator:
         run: bool = True,
     ) -> JobOutcome | ThreadInfo:
         """A new thread sharing ``ref``'s history up to its anchor (default: the end), then
-        ``message``; run to the end unless ``run`` is False (then the fork is returned, idle)."""
-        from workers import parse_model_spec
-
+        ``message``; run to the end unless ``run`` is False (then the fork is returned, idle;
+        its model is then only parsed, not built: it may need a key the fork's run will have)."""
         resolved = await self.store.resolve(ref)
-        if model is not None:
-            parse_model_spec(model)
+        if run:
+            await self.check_fork(ref, message, model=model)
+        else:
+            check_message(message)
+            if model is not None:
+                from workers import parse_model_spec
+
+                parse_model_spec(model)
         at = resolved.end if resolved.start is not None else None
         fork = await self.store.fork(
             resolved.thread.id,
@@ -237,6 +259,29 @@ class Orchestrator:
         if not run:
             return fork
         return await self._run_existing(fork)
+
+    async def check_fork(
+        self, ref: str, message: str | None = None, *, model: str | None = None
+    ) -> ThreadInfo:
+        """Everything a running ``fork`` would refuse before it stores the fork: an empty
+        message and a model that cannot be built (``check_resume``). The thread forked from."""
+        info = (await self.store.resolve(ref)).thread
+        check_message(message)
+        await self._check_model(info, model)
+        return info
+
+    async def _check_model(self, info: ThreadInfo, model: str | None) -> None:
+        """Build the model a run of ``info`` would use (``model`` instead of its own), and
+        close it: a bad one is refused (exit 2) before anything is stored."""
+        if model is not None:
+            from workers import parse_model_spec
+
+            parse_model_spec(model)
+        rt = self.runtime(await self._job_for(info), info.job_id)
+        try:
+            rt.model_for(info, model)
+        finally:
+            await rt.aclose()
 
     async def read(
         self,
@@ -487,3 +532,9 @@ class Orchestrator:
             error=error,
             exception=exception,
         )
+
+
+def check_message(message: str | None) -> None:
+    """A message given to a thread says something: an empty one would be stored for good."""
+    if message is not None and not message.strip():
+        raise CliError("the message is empty: say what the thread should do next")

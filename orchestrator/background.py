@@ -143,8 +143,11 @@ class Background:
         return lead
 
     async def resume(self, ref: str, message: str | None, *, model: str | None) -> ThreadInfo:
-        """Continue a thread with its whole history (and ``message``) in the background."""
+        """Continue a thread with its whole history (and ``message``) in the background. What
+        ``resume`` would refuse (an empty message, a model that cannot be built) is refused
+        here, before the run starts, with nothing stored."""
         info = await self._idle(ref)
+        await self.orch.check_resume(info.ref, message, model=model)
         self._start(info.id, info.job_id, self.orch.resume(info.ref, message, model=model))
         return info
 
@@ -161,6 +164,8 @@ class Background:
         ``message``, run in the background unless ``run`` is False."""
         if at is not None:
             ref = f"{(await self.store.resolve(ref)).thread.ref}#{at}"
+        if run:  # a model the run cannot build is refused before the fork is stored
+            await self.orch.check_fork(ref, message, model=model)
         fork = await self.orch.fork(ref, message, model=model, run=False)
         assert isinstance(fork, ThreadInfo)
         if run:
@@ -172,6 +177,7 @@ class Background:
         its answer is collected with ``wait`` and ``answer``."""
         target = (await self.store.resolve(ref)).thread
         rt = self.runtime(lead)
+        rt.model(rt.job.resolve_spec(rt.job.worker_model or rt.job.model), worker=True)
         reader = await rt.create_reader(target, question)
         self._start(reader.id, lead.id, rt.run(reader))
         return reader

@@ -206,6 +206,9 @@ def fork(
 
         run_fork(ctx, ref, message, model)
         return
+    from ..api import check_message
+
+    check_message(message)
     extra = [NewMessage.user(message)] if message else []
 
     async def go(store: Store) -> Output:

@@ -109,6 +109,12 @@ class JobRuntime:
             self._models[key] = self.model_factory(spec, **options)
         return self._models[key]
 
+    def model_for(self, info: ThreadInfo, model_spec: str | None = None) -> Model:
+        """The model a run of ``info`` uses: ``model_spec``, else the thread's own, else the
+        job's lead model; with the lead's knobs for a lead, the workers' for the rest."""
+        spec = model_spec or info.model or self.job.lead_model
+        return self.model(spec, worker=info.kind != Kind.LEAD)
+
     def adopt_models(self, models: dict[ModelKey, Model]) -> None:
         """Models built (and so validated) before the job was stored: used, and closed, here."""
         self._models.update(models)
@@ -203,7 +209,7 @@ class JobRuntime:
         """Run (or continue) any thread of this job with the tools, model and limits its kind
         and stored task call for."""
         sandbox = self.sandbox()
-        spec = model_spec or info.model or self.job.lead_model
+        model = self.model_for(info, model_spec)
         tree: WorkerTree | None = None
         after_tools = None
         iso = await self.isolation() if WorkerTree.of(info) is not None else None
@@ -231,7 +237,7 @@ class JobRuntime:
         outcome = await run_thread(
             self.store,
             info.id,
-            model=self.model(spec, worker=info.kind != Kind.LEAD),
+            model=model,
             tools=tools,
             workspace=workspace,
             config=cfg,

@@ -279,7 +279,7 @@ class SearchThreadsTool(JobTool[SearchInput]):
 
 class ResumeInput(ToolInput):
     ref: str = Field(description="A worker thread of this job: T-<id>")
-    message: str = Field(min_length=1, description="What the worker should do next")
+    message: str = Field(min_length=1, pattern=r"\S", description="What the worker should do next")
 
 
 class ResumeThreadTool(JobTool[ResumeInput]):
@@ -302,7 +302,9 @@ class ResumeThreadTool(JobTool[ResumeInput]):
 
 class ForkInput(ToolInput):
     ref: str = Field(description="A worker thread of this job: T-<id>")
-    message: str = Field(min_length=1, description="What the fork should do differently")
+    message: str = Field(
+        min_length=1, pattern=r"\S", description="What the fork should do differently"
+    )
     at: int | None = Field(None, ge=1, description="Fork after this message (default: the end)")
 
 
