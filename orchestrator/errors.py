@@ -42,6 +42,7 @@ EXIT_CODES: Final[dict[str, int]] = {
     "store.errors.ThreadNotFound": EXIT_NOT_FOUND,
     "store.errors.AmbiguousRef": EXIT_NOT_FOUND,
     "store.errors.ImportFormatError": EXIT_USAGE,
+    "store.errors.SearchQueryError": EXIT_USAGE,
     "store.errors.InvariantError": EXIT_USAGE,  # ForkPointError included
     "store.errors.StatusError": EXIT_USAGE,
     "store.errors.LeaseHeld": EXIT_USAGE,

@@ -9,6 +9,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .errors import SearchQueryError
+
 SNIPPET_WORDS = 16
 
 CHAIN_SQL = """
@@ -74,14 +76,27 @@ def segments(
 
 _TERM = re.compile(r'"([^"]*)"|(\S+)')
 
+MAX_TERMS = 64
+"""Different words and phrases one search takes. Each is ranked against every hit of the
+others: a pasted page of text (hundreds of terms) made one search run for minutes."""
+
 
 def terms(query: str) -> list[str]:
-    """The user's words and "quoted phrases", in order."""
-    out = []
-    for m in _TERM.finditer(query):
+    """The user's words and "quoted phrases", in order, each once (a repeated one adds nothing
+    to a search that wants every one of them, and costs a pass over the hits). A NUL separates
+    words (no index holds one). ``SearchQueryError`` past ``MAX_TERMS``."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for m in _TERM.finditer(query.replace("\x00", " ")):
         term = m.group(1) if m.group(1) is not None else m.group(2)
-        if term and term.strip():
+        if term and term.strip() and term.casefold() not in seen:
+            seen.add(term.casefold())
             out.append(term)
+    if len(out) > MAX_TERMS:
+        raise SearchQueryError(
+            f"a search of {len(out)} different words or phrases: at most {MAX_TERMS} (each one"
+            " must occur in a hit; search for the few that tell it apart)"
+        )
     return out
 
 

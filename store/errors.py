@@ -14,7 +14,8 @@
     ├── DatabaseError              the database failed (translated from the driver at one boundary)
     │   ├── DatabaseUnavailable    it cannot be opened or reached
     │   └── DatabaseFull           the disk or the database's size limit is full
-    └── ImportFormatError          a transcript to import is malformed (names the line)
+    ├── ImportFormatError          a transcript to import is malformed (names the line)
+    └── SearchQueryError           a search query that cannot be run as given (too many words)
 
 Nothing above the store ever sees a ``sqlalchemy`` or driver exception: ``store._engine`` translates
 them into ``DatabaseError`` with ``raise … from exc``.
@@ -35,6 +36,7 @@ __all__ = [
     "LeaseLost",
     "RefError",
     "RefSyntaxError",
+    "SearchQueryError",
     "StatusError",
     "StoreError",
     "ThreadNotFound",
@@ -106,3 +108,8 @@ class ImportFormatError(StoreError, ValueError):
     def __init__(self, message: str, line: int | None = None) -> None:
         super().__init__(message)
         self.line = line
+
+
+class SearchQueryError(StoreError, ValueError):
+    """A search query that cannot be run as given: more different words or phrases than a
+    search takes (each one ranks every hit again, so a pasted page would run for minutes)."""

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from store import NewMessage, Store, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from store import (
+    NewMessage,
+    SearchQueryError,
+    Store,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from store._readsql import MAX_TERMS
 
 from .helpers import assistant, user
 
@@ -111,3 +119,30 @@ async def test_a_forks_inherited_messages_are_found_once_under_their_owner(store
     fork = await store.fork(ids["lead"], at=4, messages=[user("what about the tokenizer then")])
     refs = [h.ref for h in await store.search("tokenizer")]
     assert sorted(refs) == sorted([f"T-{ids['lead']}#1", f"T-{fork.id}#5"])
+
+
+async def test_a_nul_in_a_query_separates_words(store: Store) -> None:
+    """A web or MCP query may hold a NUL (no shell can pass one): it was an FTS5 syntax error,
+    a 500 page on the web viewer."""
+    await _corpus(store)
+    for query in ("\x00", "ZeroDivisionError\x00parser", '"ZeroDivisionError\x00in"'):
+        hits = await store.search(query)
+        assert [(h.thread_id, h.seq) for h in hits] == [
+            (h.thread_id, h.seq) for h in await store.search(query.replace("\x00", " "))
+        ]
+    assert await store.search("\x00") == []
+
+
+async def test_a_repeated_word_counts_once_and_too_many_words_are_refused(store: Store) -> None:
+    """Each different word or phrase ranks every hit again: a pasted page of text ran for
+    minutes. A repeated one adds nothing to the search; more than MAX_TERMS different ones is
+    an error saying so."""
+    await _corpus(store)
+    once = await store.search("parser")
+    assert await store.search(" ".join(["parser", "PARSER", '"parser"'] * 300)) == once
+    words = " ".join(f"w{i}" for i in range(MAX_TERMS))
+    assert await store.search(words) == []  # as many as a search takes
+    with pytest.raises(
+        SearchQueryError, match=rf"65 different words or phrases: at most {MAX_TERMS}"
+    ):
+        await store.search(words + " one-more")
