@@ -48,7 +48,7 @@ from ._rawmodels import (
     stamp,
     strs,
 )
-from ._readsql import CHAIN_SQL, MESSAGES_SQL, fts5_rows, segments
+from ._readsql import CHAIN_SQL, MESSAGES_SQL, fts5_rows, row_limit, segments
 from ._schema import SCHEMA_HEAD
 from .errors import AmbiguousRef, ThreadNotFound
 from .refs import ThreadRef, anchor_range, format_ref, is_full_id, prefix_upper
@@ -173,6 +173,7 @@ def list_threads(
         params.append(kind)
     sql = _THREAD_SQL + (" WHERE " + " AND ".join(where) if where else "")
     sql += " ORDER BY id" + ("" if oldest_first else " DESC")
+    limit = row_limit(limit)
     if limit is not None and not live_dependent:
         sql += " LIMIT ?"
         params.append(limit)

@@ -136,6 +136,17 @@ def fts5_search_sql(*, by_job: bool) -> str:
     )
 
 
+MAX_ROWS = 1 << 40
+"""The most rows a listing or a search returns whatever limit it is given: more than any
+database holds, and within SQLite's (and PostgreSQL's) 64-bit integers once the readers have
+added their one or two."""
+
+
+def row_limit(limit: int | None) -> int | None:
+    """``limit`` kept within ``MAX_ROWS`` (a limit of 2**63 was an OverflowError)."""
+    return None if limit is None else min(limit, MAX_ROWS)
+
+
 TOP_SLACK = 500
 """Hits the first search statement ranks past the page (``fts5_top_sql``): enough for the ties
 of the page's last rank in any transcript but a pathological one, which then falls back to
@@ -186,6 +197,7 @@ def fts5_rows(
     q = fts5_query(query)
     if not q:
         return []
+    limit = min(limit, MAX_ROWS)
     params: dict[str, Any] = {"q": q, "job": job_id, "n": limit}
     if limit > 0:
         rows = execute(fts5_top_sql(by_job=bool(job_id)), {**params, "k": limit + TOP_SLACK})

@@ -30,6 +30,7 @@ from ._leases import _release as release_lease
 from ._ledger import Ledger
 from ._liveness import as_seen
 from ._outputs import OutputFile
+from ._readsql import row_limit
 from ._writer import Writer
 from .errors import ThreadNotFound
 from .models import (
@@ -301,7 +302,7 @@ class Store:
                 kind=kind,
                 parent_id=parent_id,
                 forked_from_id=forked_from_id,
-                limit=limit,
+                limit=row_limit(limit),
                 oldest_first=oldest_first,
             ),
             where="listing threads",
@@ -511,5 +512,6 @@ class Store:
                 where="searching",
             )
         return await self.db.read(
-            lambda c: _search.search(c, query, job_id=job_id, limit=limit), where="searching"
+            lambda c: _search.search(c, query, job_id=job_id, limit=row_limit(limit) or 0),
+            where="searching",
         )

@@ -198,8 +198,12 @@ def demo(ctx: click.Context, keep: str | None) -> None:
     bundle = resources.files("orchestrator").joinpath("demo")
     if keep:
         target = Path(keep).resolve()
-        if target.exists() and any(target.iterdir()):
-            raise CliError(f"--keep {keep}: directory exists and is not empty")
+        try:
+            if target.exists() and any(target.iterdir()):
+                raise CliError(f"--keep {keep}: directory exists and is not empty")
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise CliError(f"--keep {keep}: cannot make that directory: {err.strerror}") from None
     else:
         # kept after the run (like mktemp -d): the hints below resume and fork its workers
         target = Path(tempfile.mkdtemp(prefix="threadloom-demo-")) / "calc"

@@ -286,3 +286,33 @@ def test_no_command_prints_the_help_and_exits_2() -> None:
     as_json = CliRunner().invoke(main, ["--json"])
     assert as_json.exit_code == 2
     assert json.loads(as_json.stdout)["error"]["code"] == 2
+
+
+@pytest.mark.parametrize("fast", ["", "1"])
+def test_a_limit_past_any_database_lists_everything(sample: Sample, fast: str) -> None:
+    """``--limit`` is at least 1 and otherwise as large as one likes: 2**63 - 1 (and more) was
+    an OverflowError, "internal error", exit 1."""
+    env = clean_env(THREADLOOM_NO_FAST=fast) if fast else clean_env()
+    huge = str(2**63 - 1)
+    listed = run_cli("--json", "ls", "--limit", huge, db=sample.path, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert len(json.loads(listed.stdout)) == 4
+    hits = run_cli("--json", "search", "tokenizer", "--limit", str(10**30), db=sample.path, env=env)
+    assert hits.returncode == 0, hits.stderr
+    assert json.loads(hits.stdout)
+
+
+def test_a_demo_directory_that_cannot_be_made_is_one_line_exit_2(tmp_path: Path) -> None:
+    """``demo --keep DIR`` under a file, or where nothing can be made, was "internal error"
+    (NotADirectoryError, FileNotFoundError), exit 1; nothing is copied or run."""
+    (tmp_path / "afile").write_text("x")
+    db = tmp_path / "d.db"
+    for keep, says in (
+        (tmp_path / "afile" / "sub", "cannot make that directory: Not a directory"),
+        (Path("/proc/threadloom-nope/x"), "cannot make that directory: No such file or directory"),
+    ):
+        proc = run_cli("--json", "demo", "--keep", str(keep), db=db)
+        assert proc.returncode == 2, proc.stderr
+        assert_one_error_line(proc.stderr, f"--keep {keep}: {says}")
+        assert json.loads(proc.stdout)["error"]["code"] == 2
+    assert not db.exists() or run_cli("--json", "ls", db=db).stdout.strip() == "[]"
