@@ -19,11 +19,24 @@ def require_web(what: str, *, server: bool = False) -> None:
         raise CliError(str(exc)) from None
 
 
+def _host(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    # an empty host (an unset shell variable) binds every interface, and no Host header is
+    # checked there: only a named address does that, on purpose
+    if not value.strip():
+        raise click.BadParameter(
+            "must not be empty (name the address to bind; 0.0.0.0 for every interface)",
+            ctx,
+            param,
+        )
+    return value
+
+
 @command("serve", short_help="Serve a read-only web view of every thread.")
 @click.option(
     "--host",
     default="127.0.0.1",
     show_default=True,
+    callback=_host,
     help="Address to bind (only loopback Host headers are answered on a loopback address).",
 )
 @click.option(

@@ -1,10 +1,11 @@
 """The viewer's ASGI application and its server.
 
 Read-only by construction: every route is a GET, and nothing here calls a writing method of
-the store. Bound to 127.0.0.1 unless told otherwise; on a loopback address the ``Host`` header
-must name the loopback too, so a page elsewhere cannot reach the transcripts through DNS
-rebinding. Every response carries a Content-Security-Policy that allows only this server's own
-stylesheet and script: even a template mistake could not run transcript text as code.
+the store. Bound to 127.0.0.1 unless told otherwise (an empty host, which would bind every
+interface, is refused); on a loopback address, however it is spelt, the ``Host`` header must
+name the loopback too, so a page elsewhere cannot reach the transcripts through DNS rebinding.
+Every response carries a Content-Security-Policy that allows only this server's own stylesheet
+and script: even a template mistake could not run transcript text as code.
 
 A running thread's page follows new messages through server-sent events: ``/t/T-…/events``
 polls the store (one indexed read of the thread row every ``POLL_S``; the runner may be another
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import os
 import sys
@@ -89,12 +91,28 @@ class _Guard:
         await self.app(scope, receive, send_with_headers)
 
 
-def allowed_hosts(host: str) -> list[str] | None:
-    """The Host names a server bound to ``host`` answers: the loopback names on a loopback
-    address, anything (None) when it was bound elsewhere on purpose."""
-    if host in LOOPBACK_HOSTS or host.startswith("127."):
-        return [*LOOPBACK_HOSTS, host]
+def allowed_hosts(host: str, bound: str | None = None) -> list[str] | None:
+    """The Host names a server bound to ``host`` answers: the loopback names (and ``host``
+    itself) on a loopback address, anything (None) when it was bound elsewhere on purpose.
+
+    ``bound``: the address the socket was actually bound to. It decides when given, so a
+    loopback spelt another way (``LOCALHOST``, ``2130706433``, a name resolving to 127.0.1.1)
+    keeps the check on."""
+    name = host.lower()
+    if name in LOOPBACK_HOSTS or name.startswith("127.") or _is_loopback(bound):
+        return [*LOOPBACK_HOSTS, name]
     return None
+
+
+def _is_loopback(address: str | None) -> bool:
+    if address is None:
+        return False
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return False
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 def create_app(
@@ -115,7 +133,8 @@ def create_app(
         Route("/", index),
         Route("/t/{ref}", thread),
         Route("/t/{ref}/events", events),
-        Route("/t/{ref}/{what:str}/{seq:int}/{tool_use_id}", whole),
+        Route("/t/{ref}/{what:str}/{seq:int}", whole),  # ?id=TOOL_USE_ID, as the pages link
+        Route("/t/{ref}/{what:str}/{seq:int}/{tool_use_id:path}", whole),  # the older form
         Route("/job/{ref}", job),
         Route("/search", search),
         Route("/favicon.ico", favicon),
@@ -163,12 +182,15 @@ async def _resolve(request: Request, key: str = "ref") -> ThreadInfo:
     return (await _store(request).resolve(ref)).thread
 
 
-def _int(request: Request, key: str, default: int) -> int:
+def _int(request: Request, key: str, default: int, *, minimum: int | None = None) -> int:
     raw = request.query_params.get(key, "")
     try:
-        return int(raw) if raw else default
+        value = int(raw) if raw else default
     except ValueError:
         raise BadRequest(f"{key}: not a number: {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise BadRequest(f"{key}: at least {minimum}, not {value}")
+    return value
 
 
 # ----------------------------------------------------------------- pages
@@ -212,7 +234,17 @@ async def search(request: Request) -> Response:
     job_ref = q.get("job") or None
     hits: list[Any] = []
     if query:
-        hits = await _orch(request).search_json(query, job=job_ref, limit=SEARCH_LIMIT)
+        from store import DatabaseFull, DatabaseUnavailable, RefError, StoreError
+
+        try:
+            hits = await _orch(request).search_json(query, job=job_ref, limit=SEARCH_LIMIT)
+        except (RefError, DatabaseUnavailable, DatabaseFull):
+            raise  # the job's ref (a 404 or 400 naming it), or the database's state (a 500)
+        except StoreError as exc:
+            # anything else the store refuses to search (a query FTS5 cannot parse, one of
+            # too many words) is the query's doing: a 400 naming it, never a 500
+            shown = query if len(query) <= 80 else query[:79] + "…"
+            raise BadRequest(f"q: cannot search for {shown!r}: {exc}") from None
     name = "_hits.html" if q.get("fragment") else "search.html"
     return await _page(name, query=query, hits=hits, job=job_ref)
 
@@ -222,13 +254,18 @@ async def favicon(request: Request) -> Response:
 
 
 async def whole(request: Request) -> Response:
-    """The whole input or output of one tool call, as plain text (streamed when stored apart)."""
+    """The whole input or output of one tool call, as plain text (streamed when stored apart).
+    The call's id is the query's ``id`` (any string: the pages percent-encode it), or the rest
+    of the path in the links of older pages."""
     what = request.path_params["what"]
     if what not in ("input", "output"):
         raise LookupError(f"no such page: {what}")
+    tool_use_id = request.path_params.get("tool_use_id", request.query_params.get("id"))
+    if not tool_use_id:
+        raise BadRequest("id: the tool-use id is missing (?id=…)")
     store = _store(request)
     info = await _resolve(request)
-    seq, tool_use_id = request.path_params["seq"], request.path_params["tool_use_id"]
+    seq = request.path_params["seq"]
     msg = await store.message(info.id, seq)
     from store import ToolResultBlock, ToolUseBlock
 
@@ -264,12 +301,16 @@ def _encoded(text: str) -> bytes:
 
 async def events(request: Request) -> Response:
     """Server-sent events: ``message`` ({seq, html}) for each message after ``after``, then
-    ``status`` ({status}) whenever it changes; ``end`` once the thread is terminal."""
+    ``status`` ({status}) whenever it changes; ``end`` once the thread is terminal.
+
+    Every parameter is checked here, before the response starts: once the stream has begun
+    an error can no longer be a 400, only a dropped connection an EventSource retries each
+    second, for ever."""
     store = _store(request)
     info = await _resolve(request)
-    after = _int(request, "after", info.head_seq)
+    after = _int(request, "after", info.head_seq, minimum=0)
     last_id = request.headers.get("last-event-id", "")
-    if last_id.isdigit():  # a reconnecting EventSource: go on from what it has
+    if last_id.isascii() and last_id.isdigit():  # a reconnecting EventSource: go on from there
         after = max(after, int(last_id))
 
     async def stream() -> AsyncIterator[str]:
@@ -324,22 +365,33 @@ def serve(
 
     import uvicorn
 
+    if not host.strip():  # the empty host binds every interface, with no Host check
+        raise ValueError("host: empty; name the address to bind (0.0.0.0: every interface)")
     asyncio.run(_probe(db, create_dirs=create_dirs))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # resolved apart first: create_server reports a failed lookup as an OSError whose errno is
+    # a negative EAI_* code ("Unknown error -2" through strerror), and an over-long label as
+    # a TypeError
+    try:
+        socket.getaddrinfo(host, port, family=family, type=socket.SOCK_STREAM)
+    except socket.gaierror as err:
+        raise OSError(err.errno, f"cannot resolve host {host!r}: {err.strerror}") from None
+    except UnicodeError:
+        raise OSError(None, f"cannot resolve host {host!r}: not a valid host name") from None
     try:
         sock = socket.create_server((host, port), family=family)
     except OSError as err:
         why = os.strerror(err.errno) if err.errno else str(err)
         raise OSError(err.errno, f"cannot listen on {host}:{port}: {why}") from None
+    bound = sock.getsockname()
     config = uvicorn.Config(
-        create_app(db, hosts=allowed_hosts(host), create_dirs=create_dirs),
+        create_app(db, hosts=allowed_hosts(host, bound[0]), create_dirs=create_dirs),
         log_level="warning",
         lifespan="on",
     )
     shown_host = f"[{host}]" if ":" in host else host
-    bound_port = sock.getsockname()[1]
     sys.stderr.write(
-        f"threadloom: serving http://{shown_host}:{bound_port}/ (read-only; Ctrl-C stops)\n"
+        f"threadloom: serving http://{shown_host}:{bound[1]}/ (read-only; Ctrl-C stops)\n"
     )
     sys.stderr.flush()
     with sock:

@@ -12,6 +12,7 @@ import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
+from urllib.parse import quote
 
 from ..humanize import count
 from ._text import cap
@@ -99,8 +100,17 @@ WholeLink = Callable[[int, str, str], str]
 """(seq, tool_use_id, "input" | "output") → the URL of the whole text."""
 
 
+def whole_url(ref: str, seq: int, tool_use_id: str, what: str) -> str:
+    """The URL of the whole input or output of tool call ``tool_use_id`` in message ``seq``.
+
+    A tool-use id is any string an import or a model server chose (``a/../b``, ``q?x=1#f``,
+    ``..``), so it travels percent-encoded in the query, where no character of it can end the
+    path, start a fragment or be taken for a dot segment a browser would resolve away."""
+    return f"/t/{ref}/{what}/{seq}?id={quote(tool_use_id, safe='', errors='surrogatepass')}"
+
+
 def server_links(ref: str) -> WholeLink:
-    return lambda seq, tool_use_id, what: f"/t/{ref}/{what}/{seq}/{tool_use_id}"
+    return lambda seq, tool_use_id, what: whole_url(ref, seq, tool_use_id, what)
 
 
 def message_views(

@@ -1,12 +1,16 @@
 """A small but complete database for the viewer's tests, made through the real Store: a job
 (lead, two workers with results, a fork of one), tool calls with long and stored-apart
-outputs, thinking, a thread of hostile text, and a running thread."""
+outputs, thinking, a thread of hostile text, and a running thread. And a thread imported with
+the real CLI whose tool-use ids are of every spelling (``import_tool_ids``)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from orchestrator.web._text import CAP_CHARS, CAP_LINES
 from store import (
     INLINE_LIMIT,
     NewMessage,
@@ -20,6 +24,7 @@ from store import (
     Usage,
     UsageRecord,
 )
+from tests.orchestrator.test_cli_helpers import run_cli
 
 HOSTILE = (
     "<script>alert('pwned')</script> \"><img src=x onerror=alert(1)> "
@@ -137,3 +142,52 @@ async def build(store: Store) -> Refs:
         huge_seq=5,
         long_seq=3,
     )
+
+
+TOOL_IDS = [
+    "a/../../b",
+    "q?x=1#frag",
+    "sp ace%2F",
+    '"><script>alert(1)</script>',
+    "..",
+    ".",
+    "/",
+    "ü/ß&id=other",
+]
+
+
+def transcript(ids: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Import lines with one call per id, its input and output each past the page's cap, and
+    the whole texts the links must serve, in page order (input, output, input, …)."""
+    lines: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    wholes = []
+    for n, tool_id in enumerate(ids):
+        args = {"command": f"echo {n} " + "x" * CAP_CHARS}
+        output = "".join(f"call {n} line {i}\n" for i in range(CAP_LINES * 3))
+        lines.append(
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": tool_id, "name": "bash", "input": args}],
+            }
+        )
+        lines.append(
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": tool_id, "content": output}],
+            }
+        )
+        wholes += [json.dumps(args, ensure_ascii=False, indent=2) + "\n", output]
+    lines.append({"role": "assistant", "content": "done"})
+    return lines, wholes
+
+
+def import_tool_ids(tmp_path: Path) -> tuple[str, str, list[str]]:
+    """(db, ref, whole texts in page order) of a thread with a call for each of ``TOOL_IDS``,
+    imported from a JSONL file with the real ``threadloom import``."""
+    lines, wholes = transcript(TOOL_IDS)
+    path = tmp_path / "session.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    db = str(tmp_path / "threads.db")
+    done = run_cli("--json", "import", str(path), db=db)
+    assert done.returncode == 0, done.stderr
+    return db, json.loads(done.stdout)["ref"], wholes

@@ -16,6 +16,7 @@ import pytest
 from store import NewMessage, Status, Store
 
 from ._browser import browser_missing, chromium, viewer
+from ._data import import_tool_ids
 from .conftest import _make
 
 TIMEOUT_MS = 15_000
@@ -81,7 +82,7 @@ def test_a_reader_walks_the_list_a_job_a_thread_a_fork_search_and_a_live_thread(
         expect(body).to_be_visible()
         expect(body).to_contain_text("line 0: FAILED test_0")
         expect(output.locator("a.whole")).to_have_attribute(
-            "href", f"/t/{refs.worker}/output/{refs.long_seq}/b1"
+            "href", f"/t/{refs.worker}/output/{refs.long_seq}?id=b1"
         )
 
         # follow the fork link; its inherited messages link back to their origin
@@ -170,3 +171,22 @@ def test_a_bare_anchor_past_the_first_page_lands_on_its_message(tmp_path: Path) 
         expect(page).to_have_url(f"{url}/t/{ref}?from={PAGE + 1}#{PAGE + 5}")
         expect(page.locator("article.msg:target")).to_have_attribute("id", str(PAGE + 5))
         expect(page.locator(f"article[id='{PAGE + 5}']")).to_be_in_viewport()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("browser_ready")
+def test_a_whole_output_opens_from_its_link_whatever_the_tool_use_id(tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    db, ref, wholes = import_tool_ids(tmp_path)
+    with viewer(db) as url, chromium() as browser:
+        page = browser.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        for n, whole in enumerate(wholes):
+            page.goto(f"{url}/t/{ref}")
+            link = page.locator("a.whole").nth(n)
+            link.locator("xpath=ancestor::details[1]/summary").click()
+            link.click()
+            what = "input" if n % 2 == 0 else "output"
+            expect(page).to_have_url(re.compile(rf"^{url}/t/{ref}/{what}/{n + 2}\?id="))
+            assert page.locator("body").inner_text().rstrip("\n") == whole.rstrip("\n")

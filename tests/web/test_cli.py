@@ -10,7 +10,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,26 +23,15 @@ from orchestrator.cli import main
 from tests.orchestrator.test_cli_helpers import clean_env, run_cli
 
 from ._data import HUGE_CHARS, Refs
+from ._serve import serving
 
 
 @pytest.fixture
 def server(db: tuple[str, Refs]) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", "--db", db[0], "serve", "--port", "0"],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_env(),
-    )
-    try:
-        assert proc.stderr is not None
-        line = proc.stderr.readline()  # blocks until the server says where it is
+    with serving(db[0], "serve", "--port", "0") as (line, proc):
         found = re.search(r"serving (http://127\.0\.0\.1:\d+)/ \(read-only", line)
         assert found, line
         yield found.group(1), proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=30)
 
 
 def test_serve_serves_the_database_on_the_loopback_and_stops_on_ctrl_c_with_130(
@@ -68,6 +56,51 @@ def test_serve_on_a_port_in_use_is_one_line_and_exit_2(db: tuple[str, Refs]) -> 
     assert done.stderr.splitlines() == [
         f"threadloom: error: serve: cannot listen on 127.0.0.1:{port}: Address already in use"
     ]
+
+
+@pytest.mark.parametrize("host", ["", "  "])
+@pytest.mark.parametrize("as_json", [False, True])
+def test_serve_with_an_empty_host_is_a_usage_error_not_every_interface(
+    db: tuple[str, Refs], host: str, as_json: bool
+) -> None:
+    # an empty --host (an unset shell variable) bound 0.0.0.0 with the Host check off
+    flags = ["--json"] if as_json else []
+    with serving(db[0], *flags, "serve", "--host", host, "--port", "0") as (line, proc):
+        assert "serving" not in line, line
+        out, rest = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    expected = "Invalid value for '--host': must not be empty"
+    if as_json:
+        error = json.loads(out)["error"]
+        assert error["code"] == 2 and error["message"].startswith(expected)
+    else:
+        assert out == "" and rest == ""
+        assert line.startswith(f"threadloom: error: {expected}") and line.endswith(")\n")
+
+
+def test_serve_names_a_host_it_cannot_resolve(db: tuple[str, Refs]) -> None:
+    done = run_cli("serve", "--host", "nonexistent.invalid", "--port", "0", db=db[0])
+    assert done.returncode == 2
+    [line] = done.stderr.splitlines()
+    assert line.startswith("threadloom: error: serve: cannot resolve host 'nonexistent.invalid': ")
+    assert "Unknown error" not in line
+    as_json = run_cli("--json", "serve", "--host", "nonexistent.invalid", db=db[0])
+    message = json.loads(as_json.stdout)["error"]["message"]
+    assert message.startswith("serve: cannot resolve host 'nonexistent.invalid': ")
+
+
+@pytest.mark.parametrize("host", ["LOCALHOST", "2130706433"])
+def test_a_loopback_address_spelt_otherwise_still_refuses_a_foreign_host_header(
+    db: tuple[str, Refs], host: str
+) -> None:
+    # both bind 127.0.0.1; the check used to go by the spelling and so was off
+    with serving(db[0], "serve", "--host", host, "--port", "0") as (line, _):
+        found = re.search(rf"serving http://{host}:(\d+)/ \(read-only", line)
+        assert found, line
+        url = f"http://127.0.0.1:{found.group(1)}/"
+        assert httpx.get(url, headers={"host": "evil.example"}, timeout=30).status_code == 400
+        assert httpx.get(url, headers={"host": "localhost"}, timeout=30).status_code == 200
+        assert httpx.get(url, headers={"host": host.lower()}, timeout=30).status_code == 200
 
 
 @pytest.mark.parametrize(

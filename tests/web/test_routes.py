@@ -66,7 +66,7 @@ def test_tool_calls_and_outputs_are_collapsed_and_capped_with_a_link_to_the_whol
 ) -> None:
     html = client.get(f"/t/{refs.worker}").text
     assert "<details open" not in html.replace('<details class="thinking" open', "")
-    link = f"/t/{refs.worker}/output/{refs.long_seq}/b1"
+    link = f"/t/{refs.worker}/output/{refs.long_seq}?id=b1"
     assert f'href="{link}"' in html
     assert "line 0: FAILED" in html and f"line {LONG_LINES - 1}: FAILED" in html
     assert "line 150: FAILED" not in html  # the middle is left out of the page
@@ -74,18 +74,26 @@ def test_tool_calls_and_outputs_are_collapsed_and_capped_with_a_link_to_the_whol
     assert whole.headers["content-type"].startswith("text/plain")
     assert whole.text.count("\n") == LONG_LINES - 1 and "line 150: FAILED" in whole.text
     # an output stored apart: the page has a preview, the link streams all of it
-    huge = f"/t/{refs.worker}/output/{refs.huge_seq}/r1"
+    huge = f"/t/{refs.worker}/output/{refs.huge_seq}?id=r1"
     assert f'href="{huge}"' in html and len(html) < 100_000
     assert client.get(huge).text == "x" * HUGE_CHARS
+    # the links of earlier pages, with the id in the path, still lead there
+    assert client.get(f"/t/{refs.worker}/output/{refs.long_seq}/b1").text == whole.text
+    assert client.get(f"/t/{refs.worker}/output/{refs.huge_seq}/r1").text == "x" * HUGE_CHARS
 
 
 def test_a_whole_input_is_served_and_an_unknown_tool_id_is_a_404(
     client: TestClient, refs: Refs
 ) -> None:
-    r = client.get(f"/t/{refs.worker}/input/2/b1")
+    r = client.get(f"/t/{refs.worker}/input/2", params={"id": "b1"})
     assert r.status_code == 200 and '"command": "pytest -q tests/"' in r.text
+    assert client.get(f"/t/{refs.worker}/input/2/b1").text == r.text
+    assert client.get(f"/t/{refs.worker}/output/2", params={"id": "nope"}).status_code == 404
     assert client.get(f"/t/{refs.worker}/output/2/nope").status_code == 404
+    assert client.get(f"/t/{refs.worker}/nonsense/2", params={"id": "b1"}).status_code == 404
     assert client.get(f"/t/{refs.worker}/nonsense/2/b1").status_code == 404
+    missing = client.get(f"/t/{refs.worker}/input/2")
+    assert missing.status_code == 400 and "id: " in missing.text
 
 
 def test_the_job_tree_nests_children_and_forks_and_marks_the_focus(
@@ -189,3 +197,47 @@ async def test_a_long_thread_pages_by_seq_range(tmp_path: Path) -> None:
         assert f'href="/t/{info.ref}?from={PAGE + 1}"' in last
         hits = c.get("/search", params={"q": f"m{PAGE + 7}"}).text
         assert f'href="/t/{info.ref}?from={PAGE + 1}#{PAGE + 7}"' in hits
+
+
+def test_a_negative_after_is_a_400_before_any_event_is_sent(client: TestClient, refs: Refs) -> None:
+    # it used to start the stream, then fail reading message #-5: a dropped connection that
+    # an EventSource retries every second
+    for thread in (refs.worker, refs.running):
+        r = client.get(f"/t/{thread}/events", params={"after": -5})
+        assert r.status_code == 400 and "after: at least 0, not -5" in r.text
+        assert r.headers["content-type"].startswith("text/html")
+
+
+AFTERS = ["", "0", "-0", "+2", " 3 ", "6", "99999999999999999999", "abc", "1e3", "-1"]
+LAST_IDS = [None, "5", "-1", "abc", "\u00b2", "99999999999999999999"]
+
+
+def test_no_parameter_of_the_events_stream_fails_once_it_has_started(
+    client: TestClient, refs: Refs
+) -> None:
+    # the client raises any error of the app, one after the response started included
+    for after in AFTERS:
+        for last_id in LAST_IDS:
+            headers = {"last-event-id": last_id.encode("latin-1")} if last_id else {}
+            r = client.get(f"/t/{refs.worker}/events", params={"after": after}, headers=headers)
+            if r.status_code == 400:
+                assert r.text.count("after: ") == 1
+                continue
+            assert r.status_code == 200 and r.text.startswith("retry: 1000\n\n"), (after, last_id)
+            assert r.text.rstrip().endswith("event: end\ndata: {}")
+
+
+def test_a_query_the_store_cannot_search_is_never_a_500(client: TestClient) -> None:
+    # a NUL reached FTS5 as an unterminated string: a DatabaseError, and a 500. Whether the
+    # store searches it (a NUL as a word separator) or refuses it, the page is no 500; nor
+    # for a query of more words than the store may take
+    many = " ".join(f"word{i}" for i in range(200))
+    for q in ("\x00", "a\x00b", "quoted\x00strings", many):
+        for params in ({"q": q}, {"q": q, "fragment": "1"}):
+            r = client.get("/search", params=params)
+            assert r.status_code in (200, 400), r.text
+            if r.status_code == 400:
+                assert "q: cannot search for" in r.text and "<h1>400</h1>" in r.text
+    # a job that is no thread is still the ref's own error, not the query's
+    assert client.get("/search", params={"q": "x", "job": "T-zzzzzzzz"}).status_code == 404
+    assert client.get("/search", params={"q": "x", "job": "nonsense"}).status_code == 400
