@@ -12,7 +12,9 @@ import sys
 
 def main() -> None:
     from ._fast import run_standalone
+    from ._render import safe_streams
 
+    safe_streams()
     code = run_standalone(sys.argv[1:])
     if code is not None:
         sys.exit(code)

@@ -253,9 +253,30 @@ _JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 def dumps(doc: Any) -> str:
     """The one JSON document a ``--json`` command prints. Non-ASCII text is kept, but DEL, C1
     controls, line separators and bidi overrides are ``\\u`` escapes too (JSON already escapes
-    C0): the document is safe to print on a terminal and decodes to the same values."""
-    text = json.dumps(doc, ensure_ascii=False, indent=2)
+    C0): the document is safe to print on a terminal and decodes to the same values. On a
+    stdout that cannot hold every character (``PYTHONIOENCODING=ascii``, a Latin-1 terminal)
+    all of it is ASCII, with ``\\u`` escapes."""
+    text = json.dumps(doc, ensure_ascii=not holds_unicode(sys.stdout), indent=2)
     return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def holds_unicode(stream: Any) -> bool:
+    """Whether ``stream``'s encoding can write every character (a UTF one)."""
+    import codecs
+
+    try:
+        return codecs.lookup(getattr(stream, "encoding", None) or "utf-8").name.startswith("utf")
+    except LookupError:
+        return False
+
+
+def safe_streams() -> None:
+    """stdout and stderr in an encoding that cannot hold every character escape what they
+    cannot write (``\\u2026``) instead of failing the command with UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and not holds_unicode(stream):
+            reconfigure(errors="backslashreplace")
 
 
 def write_error(code: int, message: str, *, json_mode: bool, prog: str = "threadloom") -> None:

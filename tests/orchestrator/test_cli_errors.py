@@ -316,3 +316,27 @@ def test_a_demo_directory_that_cannot_be_made_is_one_line_exit_2(tmp_path: Path)
         assert_one_error_line(proc.stderr, f"--keep {keep}: {says}")
         assert json.loads(proc.stdout)["error"]["code"] == 2
     assert not db.exists() or run_cli("--json", "ls", db=db).stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("fast", ["", "1"])
+def test_a_stdout_that_cannot_hold_every_character_gets_escapes_not_an_error(
+    tmp_path: Path, fast: str
+) -> None:
+    """``PYTHONIOENCODING=ascii`` (or a Latin-1 terminal) made any output with an ellipsis or
+    an arrow "internal error: UnicodeEncodeError", exit 1. JSON is then all ASCII (the same
+    values), text escapes what it cannot write."""
+    lines = [{"role": "user", "content": "café naïve → done… 日本語 ✓"}]
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    db = tmp_path / "t.db"
+    ref = json.loads(run_cli("--json", "import", str(transcript), db=db).stdout)["ref"]
+    env = clean_env(PYTHONIOENCODING="ascii", THREADLOOM_NO_FAST=fast)
+    for args in (("--json", "search", "café"), ("--json", "show", ref)):
+        plain = run_cli(*args, db=db, env=clean_env())
+        ascii_ = run_cli(*args, db=db, env=env)
+        assert ascii_.returncode == 0, ascii_.stderr
+        assert ascii_.stdout.isascii() and not plain.stdout.isascii()
+        assert json.loads(ascii_.stdout) == json.loads(plain.stdout)
+    text = run_cli("show", ref, db=db, env=env)
+    assert text.returncode == 0, text.stderr
+    assert "caf\\xe9 na\\xefve \\u2192 done\\u2026" in text.stdout
