@@ -64,7 +64,10 @@ def database_url(url_or_path: str | os.PathLike[str]) -> str:
         if text.startswith(("postgresql://", "postgres://")):
             text = "postgresql+asyncpg://" + text.split("://", 1)[1]
         return text
-    return f"sqlite+aiosqlite:///{Path(text).expanduser().resolve()}"
+    # a path is that file whatever it holds: ``?``, ``#`` or ``%`` are escaped, not read as
+    # the URL's query or an escape (``--db 'a?b.db'`` opened a file named ``a``)
+    path = str(Path(text).expanduser().resolve())
+    return sa.URL.create("sqlite+aiosqlite", database=path).render_as_string(hide_password=False)
 
 
 def _sqlite_path(url: sa.URL) -> Path | None:

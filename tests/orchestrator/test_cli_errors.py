@@ -340,3 +340,22 @@ def test_a_stdout_that_cannot_hold_every_character_gets_escapes_not_an_error(
     text = run_cli("show", ref, db=db, env=env)
     assert text.returncode == 0, text.stderr
     assert "caf\\xe9 na\\xefve \\u2192 done\\u2026" in text.stdout
+
+
+@pytest.mark.parametrize("name", ["a?b.db", "a%20b.db", "c#d.db", "file:x.db?mode=ro"])
+def test_a_database_path_is_that_file_whatever_characters_it_holds(
+    tmp_path: Path, name: str
+) -> None:
+    """``--db 'a?b.db'`` wrote to a file named ``a`` (the path was read as a URL: its query),
+    ``a%20b.db`` to ``a b.db``; a path given to ``--db`` is now exactly that file, on both
+    read paths."""
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text(json.dumps({"role": "user", "content": "hello"}) + "\n")
+    imported = run_cli("--json", "import", str(transcript), db=name, cwd=tmp_path)
+    assert imported.returncode == 0, imported.stderr
+    ref = json.loads(imported.stdout)["ref"]
+    assert (tmp_path / name).is_file()
+    for fast in ("", "1"):
+        env = clean_env(THREADLOOM_NO_FAST=fast)
+        listed = run_cli("--json", "ls", db=name, cwd=tmp_path, env=env)
+        assert [t["ref"] for t in json.loads(listed.stdout)] == [ref], listed.stderr
