@@ -72,7 +72,7 @@ def import_(ctx: click.Context, path: str, fmt: str, title: str | None) -> None:
             report.threads = await write_sessions(store, sessions, title=title)
             return report
 
-        _import_sessions(ctx, from_stdin, "<stdin>")
+        _import_sessions(ctx, from_stdin, "<stdin>", one=_FORMATS[kind])
         return
     target = Path(path)
     if target.is_dir():
@@ -82,16 +82,22 @@ def import_(ctx: click.Context, path: str, fmt: str, title: str | None) -> None:
         if not any(detect(f) in wanted for f in target.rglob("*.jsonl") if f.is_file()):
             raise CliError(f"{path}: no Claude Code or Codex session files below it")
     else:
-        kind = fmt if fmt != "auto" else (detect(target) if target.is_file() else None)
+        found = detect(target) if target.is_file() else None
+        kind = fmt if fmt != "auto" else found
         if kind in (None, "jsonl"):
             _import_jsonl(ctx, _read_text(path, path), path, title)
             return
+        if found not in (None, kind):
+            raise CliError(
+                f"{path}: reads as {_FORMATS[found]}, not {_FORMATS[kind]}: use --from {found}"
+                " (or leave --from out)"
+            )
         fmt = kind
 
     async def from_path(store: Store) -> ImportReport:
         return await import_sessions(store, target, fmt=fmt, title=title)
 
-    _import_sessions(ctx, from_path, path)
+    _import_sessions(ctx, from_path, path, one=None if target.is_dir() else _FORMATS[fmt])
 
 
 def _detect_text(text: str) -> str | None:
@@ -117,13 +123,29 @@ def _report(sessions: list[Session]) -> ImportReport:
     return ImportReport(skipped=sum(s.skipped for s in sessions), files=1)
 
 
+_FORMATS = {
+    "claude-code": "a Claude Code session",
+    "codex": "a Codex rollout",
+    "jsonl": "a threadloom transcript",
+}
+
+
 def _import_sessions(
-    ctx: click.Context, run: Callable[[Store], Awaitable[ImportReport]], name: str
+    ctx: click.Context,
+    run: Callable[[Store], Awaitable[ImportReport]],
+    name: str,
+    *,
+    one: str | None = None,
 ) -> None:
+    """``one``: the one session file (or stdin) being imported, as what: one that gives no
+    thread at all (not even one imported before) is an error, not an empty success."""
     from ..logging import get_logger
 
     async def go(store: Store) -> Output:
         report = await run(store)
+        if one is not None and not report.threads and not report.unchanged:
+            skipped = f"; {report.skipped} lines could not be read" if report.skipped else ""
+            raise CliError(f"{name}: no conversation to import as {one}{skipped}")
         written = report.threads
         added = sum(w.added for w in written)
         get_logger(__name__).info(

@@ -167,3 +167,41 @@ def test_the_fast_read_path_shows_source_too(tmp_path: Path) -> None:
 def _ageless(text: str) -> str:
     return re.sub(r"\b\d+[smhdw]\b", "<age>", text)
     assert "  source    claude-code " in text
+
+
+def test_a_session_file_forced_to_another_format_or_holding_nothing_is_exit_2(
+    tmp_path: Path,
+) -> None:
+    """``--from codex`` on a Claude Code session (and the reverse) said exit 0 with nothing
+    imported; so did a session file with no conversation in it. Each is now one line, exit 2,
+    naming the file and what to do, and nothing is stored."""
+    db = tmp_path / "t.db"
+    claude = project(tmp_path / "claude").path
+    rollout = CodexRollout(tmp_path / "codex")
+    rollout.user("hello codex")
+    rollout.say("hello")
+    codex = rollout.write()
+    bare = ClaudeSession(tmp_path / "bare")
+    bare.raw({"type": "summary", "summary": "nothing else", "leafUuid": "x"})
+    bare.write()
+    for path, fmt, says in (
+        (
+            claude,
+            "codex",
+            "reads as a Claude Code session, not a Codex rollout: use --from claude-code",
+        ),
+        (
+            codex,
+            "claude-code",
+            "reads as a Codex rollout, not a Claude Code session: use --from codex",
+        ),
+        (bare.path, "claude-code", "no conversation to import as a Claude Code session"),
+    ):
+        out = invoke("--json", "import", str(path), "--from", fmt, db=db)
+        assert out.exit_code == 2, out.output
+        assert_one_error_line(out.stderr, str(path), says)
+    assert json_out(invoke("--json", "ls", db=db)) == []
+    # the same files with the right format (or none) import as before
+    assert invoke("import", str(claude), db=db).exit_code == 0
+    again = invoke("--json", "import", str(claude), "--from", "claude-code", db=db)
+    assert again.exit_code == 0 and json_out(again)["unchanged_files"] >= 1
