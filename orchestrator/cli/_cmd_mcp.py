@@ -61,7 +61,7 @@ def mcp(
     for spec in (model, worker_model):
         if spec:
             parse_model_spec(spec)
-    address = parse_http(http) if http else None
+    address = parse_http(http) if http is not None else None  # --http '' is no address
     settings = Settings(
         model=model,
         worker_model=worker_model,

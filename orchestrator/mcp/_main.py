@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..api import Orchestrator
 from ..errors import CliError
-from ._server import Settings, Threadloom
+from ._server import Settings, Threadloom, listen
 
 
 def parse_http(value: str) -> tuple[str, int]:
@@ -20,12 +20,19 @@ def parse_http(value: str) -> tuple[str, int]:
 async def serve(
     db: str, *, create_dirs: bool, settings: Settings, http: tuple[str, int] | None = None
 ) -> None:
-    async with await Orchestrator.open(db, create_dirs=create_dirs) as orch:
-        app = Threadloom(orch, settings)
-        try:
-            if http is None:
-                await app.serve_stdio()
-            else:
-                await app.serve_http(*http)
-        finally:
-            await app.aclose()
+    """Serve stdio, or (``http``) streamable HTTP on a socket bound before the store is opened:
+    an address that cannot be listened on is one line (exit 2) and nothing was created."""
+    sock = listen(*http) if http is not None else None
+    try:
+        async with await Orchestrator.open(db, create_dirs=create_dirs) as orch:
+            app = Threadloom(orch, settings)
+            try:
+                if http is None:
+                    await app.serve_stdio()
+                else:
+                    await app.serve_http(*http, sock=sock)
+            finally:
+                await app.aclose()
+    finally:
+        if sock is not None:
+            sock.close()

@@ -10,6 +10,7 @@ only ``threadloom mcp`` pays for it.
 from __future__ import annotations
 
 import asyncio
+import socket
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from pydantic import ValidationError
 
 from ..api import Orchestrator
 from ..background import Background
+from ..errors import CliError
 from ..jobs import DEFAULT_MODEL, JobSpec
 from ._refusals import validation_line
 
@@ -126,18 +128,41 @@ class Threadloom:
     async def serve_stdio(self) -> None:
         await self.server.run_stdio_async()
 
-    async def serve_http(self, host: str, port: int) -> None:
+    async def serve_http(self, host: str, port: int, *, sock: socket.socket | None = None) -> None:
         """Streamable HTTP at ``http://HOST:PORT/mcp`` with the SDK's DNS-rebinding protection
-        on: only this host (and the loopback names) may be named in ``Host`` and ``Origin``."""
+        on: only this host (and the loopback names) may be named in ``Host`` and ``Origin``.
+        ``sock``: the socket ``listen(host, port)`` bound (else it is bound here); it is
+        closed when serving ends."""
+        import uvicorn
+
         names = [host, "127.0.0.1", "localhost", "[::1]"]
         security = TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=[f"{n}:*" for n in dict.fromkeys(names)],
             allowed_origins=[f"http://{n}:*" for n in dict.fromkeys(names)],
         )
-        await self.server.run_streamable_http_async(
-            host=host, port=port, transport_security=security
-        )
+        # the SDK's run_streamable_http_async, on a socket bound first: uvicorn binding it
+        # itself logs a failure and exits the process
+        app = self.server.streamable_http_app(transport_security=security, host=host)
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning")
+        with sock or listen(host, port) as bound:
+            await uvicorn.Server(config).serve(sockets=[bound])
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket at ``host:port``, or one line (exit 2) saying why not — the address
+    is in use, the host does not resolve or is not this machine's — as ``serve`` says it."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as err:
+        sock.close()
+        why = err.strerror or str(err)  # getaddrinfo's too: "Name or service not known"
+        shown = f"[{host}]" if ":" in host else host
+        raise CliError(f"mcp: cannot listen on {shown}:{port}: {why}") from None
+    return sock
 
 
 def local_dirs(uris: list[str]) -> list[Path]:

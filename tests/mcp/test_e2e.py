@@ -254,6 +254,7 @@ def test_the_official_conformance_suite_passes(
     [
         (["--http", "nope"], "--http 'nope': expected HOST:PORT"),
         (["--http", "127.0.0.1:99999"], "expected HOST:PORT"),
+        (["--http", ""], "--http '': expected HOST:PORT"),  # not stdio
         (["--model", "bogus"], "bad model spec 'bogus'"),
     ],
 )
@@ -270,6 +271,39 @@ def test_bad_flags_are_exit_2_with_one_line(setup: Setup, flags: list[str], says
     )
     assert proc.returncode == 2 and proc.stdout == ""
     assert says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "256.0.0.1"])
+def test_http_an_address_it_cannot_listen_on_is_exit_2_with_one_line_and_json(
+    setup: Setup, host: str
+) -> None:
+    """A port in use, a host that does not resolve: ``serve``'s one line and exit 2 (not
+    uvicorn's log line and exit 3, SPEC's "not found"), the JSON error with --json, and no
+    database created."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = command(setup, "--http", f"{host}:{port}", "--json")
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            cwd=setup.ws,
+            env=child_env(),
+            timeout=SERVER_START_GUARD_S,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    line = f"mcp: cannot listen on {host}:{port}: "
+    assert proc.returncode == 2, proc.stderr
+    (said,) = proc.stderr.strip().splitlines()
+    assert said.startswith(f"threadloom: error: {line}")
+    if host == "127.0.0.1":
+        assert said.endswith("Address already in use")
+    error = json.loads(proc.stdout)["error"]
+    assert error["code"] == 2 and error["message"] == said.removeprefix("threadloom: error: ")
+    assert not setup.db.exists()
 
 
 def test_without_the_mcp_extra_the_command_says_how_to_install_it(
