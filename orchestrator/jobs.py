@@ -13,13 +13,26 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 from workers.tools import DEFAULT_WORKER_TOOLS, TOOL_REGISTRY
 
 from .errors import JobFileError
 
 DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
+
+TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+"""A task id: a letter or digit, then letters, digits, ``.``, ``_``, ``-`` (it names a branch,
+``threadloom/<job id>/<task id>``, and a scripted model's ``{{ref:ID}}``)."""
+MAX_TASK_ID_CHARS = 100
+MAX_TITLE_CHARS = 200
+"""The longest job name or task title a job file or a front door accepts: each is one line in
+every listing (a thread's title), and one 100,000-character title made them unreadable."""
+TITLE_HELP = f"One line, at most {MAX_TITLE_CHARS} characters"
+
+_INPUT = "threadloom_input"
+"""The validation context's key that marks a spec a person gave (``JobSpec.from_input``)."""
 
 
 class _Strict(BaseModel):
@@ -53,12 +66,26 @@ class WorkerDefaults(_Strict):
         return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
 
 
+def _title_cap(value: str, info: ValidationInfo) -> str:
+    """``MAX_TITLE_CHARS``, for input only (``JobSpec.from_input``): a spec read back from the
+    store, or built around an imported thread's title, loads whatever its length."""
+    if isinstance(info.context, dict) and info.context.get(_INPUT) and len(value) > MAX_TITLE_CHARS:
+        raise PydanticCustomError(
+            "title_too_long",
+            f"at most {MAX_TITLE_CHARS} characters (got {len(value):,}): a title is one line;"
+            " the details go in the goal or the prompt",
+        )
+    return value
+
+
 class TaskSpec(_Strict):
-    id: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    title: str = Field(min_length=1)
+    id: str = Field(min_length=1, max_length=MAX_TASK_ID_CHARS, pattern=TASK_ID_PATTERN)
+    title: str = Field(min_length=1, description=f"The worker thread's title. {TITLE_HELP}")
     prompt: str = Field(min_length=1)
     tools: list[str] | None = None
     model: str | None = None
+
+    _title = field_validator("title")(_title_cap)
 
     @field_validator("tools")
     @classmethod
@@ -67,7 +94,10 @@ class TaskSpec(_Strict):
 
 
 class JobSpec(_Strict):
-    name: str = Field(min_length=1)
+    """A job: a job file's ``[job]`` and ``[[task]]`` tables, or the same as arguments
+    (``run_job``). Validate what a person gave with ``from_input``."""
+
+    name: str = Field(min_length=1, description=f"The job's name: its lead's title. {TITLE_HELP}")
     goal: str = Field(min_length=1)
     workspace: str = "."
     model: str = DEFAULT_MODEL
@@ -96,6 +126,33 @@ class JobSpec(_Strict):
     remote: str | None = Field(None, min_length=1)
     # where the file was: relative paths (workspace, scripted model files) resolve against it
     base_dir: str = "."
+
+    _name = field_validator("name")(_title_cap)
+
+    @field_validator("tasks")
+    @classmethod
+    def _unique_ids(cls, tasks: list[TaskSpec]) -> list[TaskSpec]:
+        """Task ids are unique within a job: each keys its worker (the dispatch row, the
+        branch, ``{{ref:ID}}``). The error's context carries both indexes (``parse_job`` names
+        the line)."""
+        seen: dict[str, int] = {}
+        for i, t in enumerate(tasks):
+            if t.id in seen:
+                raise PydanticCustomError(
+                    "duplicate_task_id",
+                    f"duplicate task id {t.id!r} (tasks[{seen[t.id]}] and tasks[{i}])",
+                    {"index": i, "first": seen[t.id], "id": t.id},
+                )
+            seen[t.id] = i
+        return tasks
+
+    @classmethod
+    def from_input(cls, data: dict[str, Any]) -> JobSpec:
+        """A spec a person gave (a job file, a front door's arguments): the model's rules and
+        the input-only ones (``MAX_TITLE_CHARS``). Specs read back from the store, or built
+        around an existing thread, are validated without those: a title stored before the cap
+        (an older job file's, an imported session's) still loads."""
+        return cls.model_validate(data, context={_INPUT: True})
 
     @property
     def workspace_path(self) -> Path:
@@ -188,18 +245,10 @@ def parse_job(text: str, *, name: str, base_dir: Path, **overrides: Any) -> JobS
             value = f"scripted:{(Path.cwd() / path).resolve()}"
         raw[key] = value
     try:
-        spec = JobSpec.model_validate(raw)
+        spec = JobSpec.from_input(raw)
     except ValidationError as err:
         raise JobFileError(_describe(err, name, locate, raw, flags)) from None
     _check_models(spec, name, locate, flags)
-    seen: dict[str, int] = {}
-    for i, t in enumerate(spec.tasks):
-        if t.id in seen:
-            raise JobFileError(
-                f"{name}:{locate.line(('task', i, 'id'))}: task[{i}].id: duplicate task id"
-                f" {t.id!r} (also task[{seen[t.id]}])"
-            )
-        seen[t.id] = i
     if spec.remote is not None:
         spec = spec.model_copy(update={"remote": _check_remote(spec, name, locate)})
     if not spec.workspace_path.is_dir():
@@ -300,6 +349,13 @@ def _describe(
         file_loc = ("job", *loc)
         label = "job" + "".join(f".{x}" if isinstance(x, str) else f"[{x}]" for x in loc)
     kind = e["type"]
+    if kind == "duplicate_task_id":
+        ctx = e.get("ctx") or {}
+        i = ctx["index"]
+        return (
+            f"{name}:{locate.line(('task', i, 'id'))}: task[{i}].id: duplicate task id"
+            f" {ctx['id']!r} (also task[{ctx['first']}])"
+        )
     if kind == "extra_forbidden":
         key = str(loc[-1])
         parent = tuple(x for x in loc[:-1] if isinstance(x, str))

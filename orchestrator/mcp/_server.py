@@ -41,6 +41,7 @@ INSTRUCTIONS = (
     " with `resume_thread`, branch it with `fork_thread`. Refs (T-…) stay valid across"
     " sessions and clients."
 )
+MAX_CLIENT_NAME = 100
 ROOTS_TIMEOUT_S = 3.0
 """A client that declares roots but does not answer within this costs a call no more: the call
 works without them (its wait_s, at most 50 s, still leaves room under a client's ~60 s)."""
@@ -85,9 +86,11 @@ class Threadloom:
     # ------------------------------------------------------------------ who and where
 
     def client_name(self, ctx: Context[Any, Any]) -> str:
+        """The client's name (its lead is titled ``mcp: <name>``): one line, at most
+        ``MAX_CLIENT_NAME`` characters, whatever the client sent."""
         params = ctx.session.client_params
         name = params.client_info.name if params is not None else ""
-        return " ".join(name.split()) or "client"
+        return " ".join(name.split())[:MAX_CLIENT_NAME].rstrip() or "client"
 
     async def roots(self, ctx: Context[Any, Any]) -> list[Path]:
         """The client's roots as local directories; ``[]`` when it has none or cannot say."""

@@ -20,7 +20,14 @@ from store import Kind, ThreadInfo
 from workers.tools import TOOL_REGISTRY
 
 from ..background import Waited
-from ..jobs import JobSpec, WorkerDefaults
+from ..jobs import (
+    MAX_TASK_ID_CHARS,
+    MAX_TITLE_CHARS,
+    TASK_ID_PATTERN,
+    TITLE_HELP,
+    JobSpec,
+    WorkerDefaults,
+)
 from ..runtime import DEFAULT_MAX_CHARS
 from ..runtime.lead_tools import TaskInput
 from ._refusals import refusals
@@ -56,6 +63,25 @@ ModelSpec = Annotated[
         " server's --worker-model / --model"
     ),
 ]
+
+
+class Task(TaskInput):
+    """A task as the MCP tools take it: ids and titles follow the job file's rules (the
+    ``dispatch`` of a job's lead takes ``TaskInput`` itself)."""
+
+    id: (
+        Annotated[str, Field(min_length=1, max_length=MAX_TASK_ID_CHARS, pattern=TASK_ID_PATTERN)]
+        | None
+    ) = Field(
+        None,
+        description="A short id unique within the job, e.g. 'tokenizer': a letter or digit,"
+        " then letters, digits, '.', '_' or '-'",
+    )
+    title: str = Field(
+        min_length=1, max_length=MAX_TITLE_CHARS, description=f"What the task is. {TITLE_HELP}"
+    )
+
+
 _READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 _STARTS_WORK = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True)
 
@@ -103,7 +129,27 @@ def bounded(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def check_tasks(tasks: list[TaskInput]) -> None:
+def short_titles(data: Any) -> Any:
+    """``data`` with every title longer than ``MAX_TITLE_CHARS`` cut there, and marked with
+    where the whole one is read (its thread's resource): one long title (stored before titles
+    were capped, imported, or given to the lead's own ``dispatch``) must not make a listing
+    too large for one answer."""
+    if isinstance(data, list):
+        return [short_titles(x) for x in data]
+    if not isinstance(data, dict):
+        return data
+    out = {k: short_titles(v) for k, v in data.items()}
+    title, ref = out.get("title"), out.get("ref")
+    if isinstance(title, str) and len(title) > MAX_TITLE_CHARS and isinstance(ref, str):
+        thread = ref.split("#", 1)[0].removeprefix("T-")
+        out["title"] = (
+            f"{title[:MAX_TITLE_CHARS]}… [{len(title):,} characters; the whole title:"
+            f" threadloom://thread/{thread}]"
+        )
+    return out
+
+
+def check_tasks(tasks: list[Task]) -> None:
     ids = [t.id for t in tasks if t.id]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
@@ -142,7 +188,7 @@ def register_tools(app: Threadloom) -> None:
 
     @server.tool(annotations=_STARTS_WORK)
     async def dispatch(
-        tasks: Annotated[list[TaskInput], Field(min_length=1, max_length=MAX_REFS)],
+        tasks: Annotated[list[Task], Field(min_length=1, max_length=MAX_REFS)],
         ctx: Context[Any, Any],
         workspace: Annotated[
             str | None,
@@ -187,10 +233,17 @@ def register_tools(app: Threadloom) -> None:
 
     @server.tool(annotations=_STARTS_WORK)
     async def run_job(
-        name: Annotated[str, Field(min_length=1)],
+        name: Annotated[
+            str,
+            Field(
+                min_length=1,
+                max_length=MAX_TITLE_CHARS,
+                description=f"The job's name, its lead thread's title. {TITLE_HELP}",
+            ),
+        ],
         goal: Annotated[str, Field(min_length=1)],
         ctx: Context[Any, Any],
-        tasks: Annotated[list[TaskInput], Field(max_length=1000)] | None = None,
+        tasks: Annotated[list[Task], Field(max_length=1000)] | None = None,
         workspace: str | None = None,
         model: ModelSpec = None,
         worker_model: ModelSpec = None,
@@ -217,7 +270,7 @@ def register_tools(app: Threadloom) -> None:
                 "network": network,
                 "worker": worker,
             }
-            spec = JobSpec.model_validate(
+            spec = JobSpec.from_input(  # the job file's rules: unique task ids, short titles
                 {
                     "name": name,
                     "goal": goal,
@@ -320,17 +373,20 @@ def register_tools(app: Threadloom) -> None:
         kind: Literal["lead", "worker", "reader"] | None = None,
         limit: Annotated[int, Field(ge=1, le=100)] = 50,
     ) -> CallToolResult:
-        """Threads, newest first (as `threadloom ls --json`)."""
+        """Threads, newest first (as `threadloom ls --json`). A title longer than 200
+        characters is cut, with where to read it whole (threadloom://thread/{id})."""
         with refusals():
             rows = await app.orch.list_threads(job=job, status=status, kind=kind, limit=limit)
-            return listing(rows, narrow="lower limit, or filter by job, status or kind")
+            return listing(
+                short_titles(rows), narrow="lower limit, or filter by job, status or kind"
+            )
 
     @server.tool(annotations=_READ_ONLY)
     async def job_tree(ref: Ref) -> CallToolResult:
         """The job around ref as a tree of spawn and fork edges, with status and tokens."""
         with refusals():
             narrow = "list_threads(job=ref, limit=…) pages through a large job"
-            return answer(await app.orch.tree(ref), narrow=narrow)
+            return answer(short_titles(await app.orch.tree(ref)), narrow=narrow)
 
     @server.tool(annotations=_READ_ONLY)
     async def stats(
@@ -338,7 +394,8 @@ def register_tools(app: Threadloom) -> None:
     ) -> CallToolResult:
         """Tokens and estimated cost per thread and in total (as `threadloom stats --json`)."""
         with refusals():
-            return answer(await app.orch.stats(ref), narrow="ask for one job: stats(ref)")
+            stats = short_titles(await app.orch.stats(ref))
+            return answer(stats, narrow="ask for one job: stats(ref)")
 
     @server.tool(annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False))
     async def cancel(ref: Ref) -> CallToolResult:

@@ -5,14 +5,16 @@ session, and bad arguments answered with one clear line."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp.types import ListRootsResult, Root
+from mcp.types import ListRootsResult, Root, TextResourceContents
 from pydantic import FileUrl
 
-from orchestrator import Orchestrator
+from orchestrator import JobSpec, Orchestrator, parse_job
+from orchestrator.errors import JobFileError
 from orchestrator.mcp import Settings, Threadloom, _tools
 from store import Kind, Status
 
@@ -317,3 +319,86 @@ async def test_a_worker_of_70_seconds_returns_pending_and_wait_collects_it(serve
             out = data(await c.call_tool("wait", {"refs": out["pending"], "timeout_s": 50}))
     assert calls >= 2  # no single wait could have held it
     assert out["workers"][0]["result"]["summary"] == "ran long"
+
+
+LONG_TITLE = "x" * 201
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "says"),
+    [
+        ("run_job", {"name": "n", "goal": "g", "tasks": [task("a"), task("a")]}, "task id 'a'"),
+        ("dispatch", {"tasks": [{**task("a"), "id": ""}]}, "tasks.0.id"),
+        ("dispatch", {"tasks": [{**task("a"), "id": "a b/../c"}]}, "tasks.0.id"),
+        ("dispatch", {"tasks": [{**task("a"), "title": LONG_TITLE}]}, "tasks.0.title"),
+        ("run_job", {"name": LONG_TITLE, "goal": "g", "tasks": [task("a")]}, "name"),
+        (
+            "run_job",
+            {"name": "n", "goal": "g", "tasks": [{**task("a"), "title": LONG_TITLE}]},
+            "title",
+        ),
+    ],
+)
+async def test_run_job_and_dispatch_refuse_what_a_job_file_refuses_and_store_nothing(
+    serve: Serve, tool: str, args: dict[str, Any], says: str
+) -> None:
+    """Duplicate task ids, an empty or ill-formed id, a title past 200 characters: refused with
+    one line before anything is stored (a run_job with two tasks 'a' used to start a job
+    whose lead's dispatch then failed)."""
+    async with serve() as app, client(app) as c:
+        result = await c.call_tool(tool, {**args, "wait_s": 20})
+        assert result.is_error and says in text(result), text(result)
+        assert await app.orch.store.list_threads() == []
+
+
+async def test_the_title_cap_is_in_the_schemas_and_job_files_share_it_and_unique_ids(
+    tmp_path: Path, serve: Serve
+) -> None:
+    async with serve() as app, client(app) as c:
+        tools = {t.name: t.input_schema for t in (await c.list_tools()).tools}
+    name = tools["run_job"]["properties"]["name"]
+    assert name["maxLength"] == 200 and "200 characters" in name["description"]
+    item = tools["dispatch"]["$defs"]["Task"]["properties"]
+    assert item["title"]["maxLength"] == 200 and "200 characters" in item["title"]["description"]
+    # a job file: the same rule through JobSpec, its error naming the key and its line
+    text = f'[job]\nname = "{LONG_TITLE}"\ngoal = "g"\n'
+    with pytest.raises(JobFileError, match=r"^job\.toml:2: job\.name: at most 200 characters"):
+        parse_job(text, name="job.toml", base_dir=tmp_path)
+    text = '[job]\nname = "n"\ngoal = "g"\n' + "".join(
+        f'[[task]]\nid = "a"\ntitle = "{t}"\nprompt = "p"\n' for t in ("t", "u")
+    )
+    with pytest.raises(JobFileError) as dupe:
+        parse_job(text, name="job.toml", base_dir=tmp_path)
+    assert str(dupe.value) == "job.toml:9: task[1].id: duplicate task id 'a' (also task[0])"
+    # a spec read back from the store (an older job file's, say) loads whatever its length
+    assert JobSpec.model_validate({"name": LONG_TITLE, "goal": "g"}).name == LONG_TITLE
+
+
+async def test_one_long_title_leaves_the_listings_usable_and_whole_in_its_resource(
+    serve: Serve, setup: Setup
+) -> None:
+    """A 100,000-character job name (stored before titles were capped) made list_threads and
+    stats refuse every call while it was on their page. Each answer now cuts it, saying where
+    the whole title is."""
+    long = "scripted-job " + "y" * 100_000
+    async with serve() as app, client(app) as c:
+        stored = JobSpec.model_validate(
+            {"name": long, "goal": "g", "model": setup.model, "base_dir": str(setup.ws)}
+            | {"tasks": [task("a")]}
+        )
+        outcome = await app.orch.run_job(stored)
+        lead = outcome.lead
+        tid = lead.removeprefix("T-")
+        where = f"threadloom://thread/{tid}"
+        rows = data(await c.call_tool("list_threads", {}))
+        (row,) = [r for r in rows if r["ref"] == lead]
+        stats = data(await c.call_tool("stats", {}))
+        (job,) = [j for j in stats["jobs"] if j["ref"] == lead]
+        tree = data(await c.call_tool("job_tree", {"ref": lead}))
+        for shown in (row["title"], job["title"], tree["title"]):
+            assert shown.startswith(long[:200] + "…") and where in shown and len(shown) < 300
+        assert json.loads(text(await c.call_tool("job_tree", {"ref": lead})))["title"] == shown
+        whole = await c.read_resource(where)
+        (content,) = whole.contents
+        assert isinstance(content, TextResourceContents)
+        assert json.loads(content.text)["title"] == long
