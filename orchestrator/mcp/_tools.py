@@ -16,7 +16,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
-from store import Kind, ThreadInfo
+from store import Kind, Status, ThreadInfo
 from workers.tools import TOOL_REGISTRY
 
 from ..background import Waited
@@ -82,6 +82,7 @@ class Task(TaskInput):
     )
 
 
+_LIVE = (str(Status.QUEUED), str(Status.RUNNING))
 _READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 _STARTS_WORK = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True)
 
@@ -176,7 +177,21 @@ def register_tools(app: Threadloom) -> None:
         return await bg.wait(refs, mode=mode, timeout_s=timeout_s, on_progress=report)
 
     async def entries(w: Waited) -> list[dict[str, Any]]:
-        return bounded([await bg.describe(i) for i in w.threads])
+        """Each ref as the wait saw it. One still pending then is reported running on, even
+        if the store says otherwise: a run this server started has not taken its thread yet
+        (the store still shows how it last ended, for a resume, or ``idle``, for a new fork),
+        or it ended since and its result is the next wait's. A caller reading the old
+        ``done`` (and the old result) would never collect the new one."""
+        pending = {i.id for i in w.pending}
+        out = []
+        for info in w.threads:
+            entry = await bg.describe(info)
+            if info.id in pending:
+                entry = {k: v for k, v in entry.items() if k not in ("result", "error")}
+                if entry["status"] not in _LIVE:
+                    entry["status"] = str(Status.QUEUED)
+            out.append(entry)
+        return bounded(out)
 
     async def client_lead(ctx: Context[Any, Any], workspace: str | None) -> ThreadInfo:
         ws = await app.workspace(ctx, workspace)

@@ -402,3 +402,28 @@ async def test_one_long_title_leaves_the_listings_usable_and_whole_in_its_resour
         (content,) = whole.contents
         assert isinstance(content, TextResourceContents)
         assert json.loads(content.text)["title"] == long
+
+
+async def test_resume_and_fork_with_a_short_wait_report_the_run_not_the_status_before_it(
+    serve: Serve,
+) -> None:
+    """With wait_s 0 the run has usually not taken its thread yet: the store still says
+    ``done`` (a resumed worker) or ``idle`` (a new fork). The answer says it runs, so the
+    caller waits for the new result instead of reading the old status as the end."""
+    async with serve() as app, client(app) as c:
+        out = data(await c.call_tool("dispatch", {"tasks": [task("a"), task("b")], "wait_s": 20}))
+        a, b = (w["ref"] for w in out["workers"])
+        assert [w["status"] for w in out["workers"]] == ["done", "done"]
+        resumed = data(
+            await c.call_tool("resume_thread", {"ref": a, "message": "do it again", "wait_s": 0})
+        )
+        forked = data(
+            await c.call_tool("fork_thread", {"ref": b, "message": "again, forked", "wait_s": 0})
+        )
+        for entry in (resumed, forked):
+            # ended already (it may, in the few awaits of a zero wait): then with its new result
+            ran_on = entry["status"] in ("queued", "running") and "result" not in entry
+            assert ran_on or entry["result"]["summary"] == "did it again", entry
+        got = data(await c.call_tool("wait", {"refs": [a, forked["ref"]], "timeout_s": 30}))
+    assert got["pending"] == []
+    assert [w["result"]["summary"] for w in got["workers"]] == ["did it again"] * 2
