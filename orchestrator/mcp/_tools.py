@@ -415,10 +415,26 @@ def register_tools(app: Threadloom) -> None:
     @server.tool(annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False))
     async def cancel(ref: Ref) -> CallToolResult:
         """Stop a thread (a job's ref: all of its runs) and mark it cancelled; a tool call it
-        had under way is answered as interrupted. Resumable with resume_thread."""
+        had under way is answered as interrupted. Resumable with resume_thread. `cancelled`
+        lists the threads this call stopped or marked; `not_running` those it left as they
+        were (already ended, or never run)."""
         with refusals():
-            stopped = await bg.cancel(ref)
-            return answer({"cancelled": [{"ref": i.ref, "status": str(i.status)} for i in stopped]})
+            before = await statuses(ref)
+            cancelled: list[dict[str, str]] = []
+            left: list[dict[str, str]] = []
+            for info in await bg.cancel(ref):
+                row = {"ref": info.ref, "status": str(info.status)}
+                was = before.get(info.id)
+                marked = info.status == Status.CANCELLED and was != Status.CANCELLED
+                (cancelled if marked else left).append(row)
+            return answer({"cancelled": cancelled, "not_running": left})
+
+    async def statuses(ref: str) -> dict[str, Status]:
+        """The status of each thread a cancel of ``ref`` may touch (its job's, for a lead),
+        before it does."""
+        info = (await app.orch.store.resolve(ref)).thread
+        threads = await app.orch.store.job_tree(info.job_id) if info.kind == Kind.LEAD else []
+        return {t.id: t.status for t in [info, *threads]}
 
     async def refuse_client_lead(ref: str) -> None:
         info = (await app.orch.store.resolve(ref)).thread

@@ -115,3 +115,28 @@ async def test_cancel_of_a_job_run_by_run_job_marks_the_lead_and_its_workers_can
         for t in (lead.id, workers[0].id):
             assert (await store.get_thread(t)).status == Status.CANCELLED
             _assert_every_call_answered(await store.messages(t))
+
+
+async def test_cancel_lists_threads_it_did_not_stop_as_not_running(
+    serve: Serve, setup: Setup
+) -> None:
+    """A thread that had ended (done, or cancelled before) or never ran (the client's lead) is
+    left as it was and listed under ``not_running``, never under ``cancelled``: the caller
+    can tell that nothing was stopped."""
+    make_setup(setup.root, RULES)
+    async with serve() as app, client(app) as c:
+        done = data(await c.call_tool("dispatch", {"tasks": [_task("quick")], "wait_s": 30}))
+        (worker,) = done["workers"]
+        assert worker["status"] == "done"
+        left = data(await c.call_tool("cancel", {"ref": worker["ref"]}))
+        assert left == {"cancelled": [], "not_running": [{"ref": worker["ref"], "status": "done"}]}
+        long = data(await c.call_tool("dispatch", {"tasks": [_task("long")], "wait_s": 0}))
+        long_ref = long["workers"][0]["ref"]
+        first = data(await c.call_tool("cancel", {"ref": long_ref}))
+        assert first == {"cancelled": [{"ref": long_ref, "status": "cancelled"}], "not_running": []}
+        again = data(await c.call_tool("cancel", {"ref": long_ref}))
+        assert again == {"cancelled": [], "not_running": [{"ref": long_ref, "status": "cancelled"}]}
+        job = data(await c.call_tool("cancel", {"ref": done["job"]}))
+        assert job == {"cancelled": [], "not_running": [{"ref": done["job"], "status": "idle"}]}
+        store = app.orch.store
+        assert (await store.resolve(worker["ref"])).thread.status == Status.DONE
