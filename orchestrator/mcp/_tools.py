@@ -21,9 +21,7 @@ from workers.tools import TOOL_REGISTRY
 
 from ..background import Waited
 from ..jobs import (
-    MAX_TASK_ID_CHARS,
     MAX_TITLE_CHARS,
-    TASK_ID_PATTERN,
     TITLE_HELP,
     JobSpec,
     WorkerDefaults,
@@ -63,23 +61,6 @@ ModelSpec = Annotated[
         " server's --worker-model / --model"
     ),
 ]
-
-
-class Task(TaskInput):
-    """A task as the MCP tools take it: ids and titles follow the job file's rules (the
-    ``dispatch`` of a job's lead takes ``TaskInput`` itself)."""
-
-    id: (
-        Annotated[str, Field(min_length=1, max_length=MAX_TASK_ID_CHARS, pattern=TASK_ID_PATTERN)]
-        | None
-    ) = Field(
-        None,
-        description="A short id unique within the job, e.g. 'tokenizer': a letter or digit,"
-        " then letters, digits, '.', '_' or '-'",
-    )
-    title: str = Field(
-        min_length=1, max_length=MAX_TITLE_CHARS, description=f"What the task is. {TITLE_HELP}"
-    )
 
 
 _LIVE = (str(Status.QUEUED), str(Status.RUNNING))
@@ -150,7 +131,7 @@ def short_titles(data: Any) -> Any:
     return out
 
 
-def check_tasks(tasks: list[Task]) -> None:
+def check_tasks(tasks: list[TaskInput]) -> None:
     ids = [t.id for t in tasks if t.id]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
@@ -203,7 +184,7 @@ def register_tools(app: Threadloom) -> None:
 
     @server.tool(annotations=_STARTS_WORK)
     async def dispatch(
-        tasks: Annotated[list[Task], Field(min_length=1, max_length=MAX_REFS)],
+        tasks: Annotated[list[TaskInput], Field(min_length=1, max_length=MAX_REFS)],
         ctx: Context[Any, Any],
         workspace: Annotated[
             str | None,
@@ -258,7 +239,7 @@ def register_tools(app: Threadloom) -> None:
         ],
         goal: Annotated[str, Field(min_length=1)],
         ctx: Context[Any, Any],
-        tasks: Annotated[list[Task], Field(max_length=1000)] | None = None,
+        tasks: Annotated[list[TaskInput], Field(max_length=1000)] | None = None,
         workspace: str | None = None,
         model: ModelSpec = None,
         worker_model: ModelSpec = None,

@@ -14,7 +14,7 @@ import asyncio
 import json
 import re
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal, Protocol, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, Protocol, TypeVar
 
 from pydantic import Field
 
@@ -25,6 +25,7 @@ from workers.tools import TOOL_REGISTRY, Tool, ToolContext, ToolFailure, ToolInp
 
 from ..errors import ReadError, WorktreeError
 from ..isolation import merge_refs
+from ..jobs import MAX_TASK_ID_CHARS, MAX_TITLE_CHARS, TASK_ID_PATTERN, TITLE_HELP
 from .pages import DEFAULT_MAX_CHARS, read_page, split_offset
 
 _CITATION = re.compile(r"T-[0-9a-hjkmnp-tv-z]{4,26}(?:#[0-9]+(?:-[0-9]*)?)?")
@@ -91,8 +92,20 @@ class JobTool(Tool[InputT]):
 
 
 class TaskInput(ToolInput):
-    id: str | None = Field(None, description="A short unique id for the task, e.g. 'tokenizer'")
-    title: str = Field(description="One line saying what the task is")
+    """A task as every door takes it (the lead's ``dispatch``, MCP's ``dispatch`` and
+    ``run_job``): its id and title follow the job file's rules."""
+
+    id: (
+        Annotated[str, Field(min_length=1, max_length=MAX_TASK_ID_CHARS, pattern=TASK_ID_PATTERN)]
+        | None
+    ) = Field(
+        None,
+        description="A short id unique within the job, e.g. 'tokenizer': a letter or digit,"
+        " then letters, digits, '.', '_' or '-'",
+    )
+    title: str = Field(
+        min_length=1, max_length=MAX_TITLE_CHARS, description=f"What the task is. {TITLE_HELP}"
+    )
     prompt: str = Field(
         description="Everything the worker needs: it starts from a fresh context and sees only"
         " this (name files, failing tests, constraints, what to report)"

@@ -358,7 +358,7 @@ async def test_the_title_cap_is_in_the_schemas_and_job_files_share_it_and_unique
         tools = {t.name: t.input_schema for t in (await c.list_tools()).tools}
     name = tools["run_job"]["properties"]["name"]
     assert name["maxLength"] == 200 and "200 characters" in name["description"]
-    item = tools["dispatch"]["$defs"]["Task"]["properties"]
+    item = tools["dispatch"]["$defs"]["TaskInput"]["properties"]
     assert item["title"]["maxLength"] == 200 and "200 characters" in item["title"]["description"]
     # a job file: the same rule through JobSpec, its error naming the key and its line
     text = f'[job]\nname = "{LONG_TITLE}"\ngoal = "g"\n'
