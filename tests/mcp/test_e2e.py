@@ -249,6 +249,20 @@ def test_the_official_conformance_suite_passes(
     assert passed[1] == passed[2] and int(passed[2]) > 0 and passed[3] == "0", report
 
 
+def run_mcp(setup: Setup, *flags: str) -> subprocess.CompletedProcess[str]:
+    """``threadloom mcp FLAGS`` that is expected to stop at once (it is refused)."""
+    return subprocess.run(
+        command(setup, *flags),
+        capture_output=True,
+        text=True,
+        cwd=setup.ws,
+        env=child_env(),
+        timeout=SERVER_START_GUARD_S,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
 @pytest.mark.parametrize(
     ("flags", "says"),
     [
@@ -259,16 +273,7 @@ def test_the_official_conformance_suite_passes(
     ],
 )
 def test_bad_flags_are_exit_2_with_one_line(setup: Setup, flags: list[str], says: str) -> None:
-    proc = subprocess.run(
-        command(setup, *flags),
-        capture_output=True,
-        text=True,
-        cwd=setup.ws,
-        env=child_env(),
-        timeout=SERVER_START_GUARD_S,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    proc = run_mcp(setup, *flags)
     assert proc.returncode == 2 and proc.stdout == ""
     assert says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
@@ -284,17 +289,7 @@ def test_http_an_address_it_cannot_listen_on_is_exit_2_with_one_line_and_json(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        argv = command(setup, "--http", f"{host}:{port}", "--json")
-        proc = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            cwd=setup.ws,
-            env=child_env(),
-            timeout=SERVER_START_GUARD_S,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
+        proc = run_mcp(setup, "--http", f"{host}:{port}", "--json")
     line = f"mcp: cannot listen on {host}:{port}: "
     assert proc.returncode == 2, proc.stderr
     (said,) = proc.stderr.strip().splitlines()
