@@ -21,7 +21,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from store import Kind, NewMessage, SearchHit, Status, Store, ThreadInfo, Usage, format_ref, new_id
+from store import (
+    Kind,
+    NewMessage,
+    SearchHit,
+    Status,
+    Store,
+    ThreadInfo,
+    ThreadRef,
+    Usage,
+    format_ref,
+    new_id,
+)
 
 from . import views
 from .errors import CliError
@@ -152,7 +163,7 @@ class Orchestrator:
         # so a bad one is exit 2 with nothing stored, never a lead left queued.
         lead_options, worker_options = (spec.model_options(worker=w) for w in (False, True))
         wanted = [(spec.lead_model, lead_options)]
-        wanted.append((spec.resolve_spec(spec.worker_model or spec.model), worker_options))
+        wanted.append((spec.worker_spec(), worker_options))
         wanted += [(spec.model_for(t), worker_options) for t in spec.tasks]
         models: dict[ModelKey, Model] = {}
         try:
@@ -205,7 +216,7 @@ class Orchestrator:
         lead's ref resumes the whole job: finished workers are reused, interrupted ones resumed."""
         info = await self.check_resume(ref, message, model=model)
         if model is not None:
-            info = await self.store.update_thread(info.id, model=model)
+            info = await self.store.update_thread(info.id, model=_canonical(model))
         return await self._run_existing(info, message=message)
 
     async def check_resume(
@@ -223,8 +234,7 @@ class Orchestrator:
                 f" resume {info.ref} continues it from its end; fork {ref.strip()[:80]} branches"
                 " off at that message"
             )
-        check_message(message)
-        await self._check_model(info, model)
+        await self._check(info, message, model, build=True)
         return info
 
     async def fork(
@@ -238,24 +248,16 @@ class Orchestrator:
         """A new thread sharing ``ref``'s history up to its anchor (default: the end), then
         ``message``; run to the end unless ``run`` is False (then the fork is returned, idle;
         its model is then only parsed, not built: it may need a key the fork's run will have)."""
-        resolved = await self.store.resolve(ref)
-        if run:
-            await self.check_fork(ref, message, model=model)
-        else:
-            check_message(message)
-            if model is not None:
-                from workers import parse_model_spec
-
-                parse_model_spec(model)
-        at = resolved.end if resolved.start is not None else None
+        source, at = await self._fork_source(ref)
+        await self._check(source, message, model, build=run)
         fork = await self.store.fork(
-            resolved.thread.id,
+            source.id,
             at=at,
             status=Status.IDLE,
             messages=[NewMessage.user(message)] if message else (),
         )
         if model is not None:
-            fork = await self.store.update_thread(fork.id, model=model)
+            fork = await self.store.update_thread(fork.id, model=_canonical(model))
         if not run:
             return fork
         return await self._run_existing(fork)
@@ -265,21 +267,31 @@ class Orchestrator:
     ) -> ThreadInfo:
         """Everything a running ``fork`` would refuse before it stores the fork: an empty
         message and a model that cannot be built (``check_resume``). The thread forked from."""
-        info = (await self.store.resolve(ref)).thread
-        check_message(message)
-        await self._check_model(info, model)
+        info, _ = await self._fork_source(ref)
+        await self._check(info, message, model, build=True)
         return info
 
-    async def _check_model(self, info: ThreadInfo, model: str | None) -> None:
-        """Build the model a run of ``info`` would use (``model`` instead of its own), and
-        close it: a bad one is refused (exit 2) before anything is stored."""
-        if model is not None:
-            from workers import parse_model_spec
+    async def _fork_source(self, ref: str) -> tuple[ThreadInfo, int | None]:
+        """The thread ``ref`` names and its fork point (its anchor's last message; none: the
+        thread's end). A point past the end is the fork's to refuse (``ForkPointError``, which
+        names the thread's messages), not the ref's."""
+        parsed = ThreadRef.parse(ref)
+        info = (await self.store.resolve(parsed.thread)).thread
+        return info, parsed.end if parsed.has_anchor else None
 
-            parse_model_spec(model)
+    async def _check(
+        self, info: ThreadInfo, message: str | None, model: str | None, *, build: bool
+    ) -> None:
+        """A message that says something, a ``model`` spec that parses and (``build``) the
+        model a run of ``info`` would use built, then closed: what is bad is refused (exit 2)
+        before anything is stored."""
+        check_message(message)
+        spec = _canonical(model) if model is not None else None
+        if not build:
+            return
         rt = self.runtime(await self._job_for(info), info.job_id)
         try:
-            rt.model_for(info, model)
+            rt.model_for(info, spec)
         finally:
             await rt.aclose()
 
@@ -532,6 +544,13 @@ class Orchestrator:
             error=error,
             exception=exception,
         )
+
+
+def _canonical(model: str) -> str:
+    """A model spec as it is stored: parsed (``ModelSpecError`` if it does not), canonical."""
+    from workers import parse_model_spec
+
+    return str(parse_model_spec(model))
 
 
 def check_message(message: str | None) -> None:

@@ -115,7 +115,7 @@ class Background:
         with nothing stored."""
         rt = self.runtime(lead)
         for raw in tasks:
-            spec = rt.job.resolve_spec(str(raw.get("model") or rt.job.worker_model or rt.job.model))
+            spec = rt.job.worker_spec(raw.get("model"))
             rt.model(spec, worker=True)
         spawned = await rt.spawn_workers(tool_use_id=f"bg-{new_id()}", tasks=tasks)
         for info, _created in spawned:
@@ -177,7 +177,7 @@ class Background:
         its answer is collected with ``wait`` and ``answer``."""
         target = (await self.store.resolve(ref)).thread
         rt = self.runtime(lead)
-        rt.model(rt.job.resolve_spec(rt.job.worker_model or rt.job.model), worker=True)
+        rt.model(rt.job.worker_spec(), worker=True)  # the reader's (``create_reader``)
         reader = await rt.create_reader(target, question)
         self._start(reader.id, lead.id, rt.run(reader))
         return reader

@@ -175,8 +175,13 @@ class JobSpec(_Strict):
     def worker_sandbox(self) -> Literal["auto", "required", "none"]:
         return self.worker.sandbox or self.sandbox
 
+    def worker_spec(self, model: str | None = None) -> str:
+        """The model of a worker (or reader) that names ``model``, else the job's worker model,
+        else its model."""
+        return self.resolve_spec(model or self.worker_model or self.model)
+
     def model_for(self, task: TaskSpec) -> str:
-        return self.resolve_spec(task.model or self.worker_model or self.model)
+        return self.worker_spec(task.model)
 
     def model_options(self, *, worker: bool) -> dict[str, Any]:
         """The provider constructor's keywords (``max_tokens``, ``timeout``) for the lead's

@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ._readsql import SNIPPET_WORDS, fts5_rows, terms
+from ._readsql import MAX_ROWS, SNIPPET_WORDS, fts5_rows, terms
 from .models import (
     ContentBlock,
     SearchHit,
@@ -107,7 +107,7 @@ async def search(
     q = tsquery(query)
     if not q:
         return []
-    params: dict[str, Any] = {"q": q, "n": limit}
+    params: dict[str, Any] = {"q": q, "n": min(limit, MAX_ROWS)}
     if job_id:
         params["job"] = job_id
     rows = (await conn.execute(sa.text(_pg_search_sql(by_job=bool(job_id))), params)).all()

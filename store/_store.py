@@ -512,6 +512,5 @@ class Store:
                 where="searching",
             )
         return await self.db.read(
-            lambda c: _search.search(c, query, job_id=job_id, limit=row_limit(limit) or 0),
-            where="searching",
+            lambda c: _search.search(c, query, job_id=job_id, limit=limit), where="searching"
         )

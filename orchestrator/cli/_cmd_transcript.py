@@ -191,45 +191,34 @@ def fork(
     tool call and its result. With --no-run the fork is only created (status idle), with
     MESSAGE appended if given. --json: {ref, forked_from: {ref, at}, status}.
     """
-    from store import NewMessage, ThreadRef
+    from store import ThreadInfo, ThreadRef
 
     parsed = ThreadRef.parse(ref)
     if parsed.has_anchor and (parsed.open_end or parsed.end != parsed.start):
         raise CliError(f"fork point must be one message, T-…#N, not a range: {ref!r}")
-    spec = None
-    if model is not None:
-        from workers.providers._spec import parse_model_spec
-
-        spec = str(parse_model_spec(model))
     if not no_run:
         from ._cmd_run import run_fork
 
         run_fork(ctx, ref, message, model)
         return
-    from ..api import check_message
-
-    check_message(message)
-    extra = [NewMessage.user(message)] if message else []
 
     async def go(store: Store) -> Output:
+        from ..api import Orchestrator
         from ..logging import get_logger
 
-        src = (await store.resolve(parsed.thread)).thread
-        info = await store.fork(src.id, at=parsed.start, messages=extra)
-        if spec is not None:
-            info = await store.update_thread(info.id, model=spec)
-        assert info.forked_from is not None
-        at = info.forked_from.at
-        get_logger(__name__).info("thread.forked", thread=info.ref, source=src.ref, at=at)
+        info = await Orchestrator(store).fork(ref, message, model=model, run=False)
+        assert isinstance(info, ThreadInfo) and info.forked_from is not None
+        src, at = info.forked_from.ref, info.forked_from.at
+        get_logger(__name__).info("thread.forked", thread=info.ref, source=src, at=at)
         data = {
             "ref": info.ref,
-            "forked_from": {"ref": src.ref, "at": at},
+            "forked_from": {"ref": src, "at": at},
             "status": str(info.status),
             "messages": info.head_seq,
             "title": info.title,
             "model": info.model,
         }
-        added = f"; message #{info.head_seq} appended" if extra else ""
-        return Output(data, f"{info.ref}  fork of {src.ref}#{at} ({info.status}{added})\n")
+        added = f"; message #{info.head_seq} appended" if message else ""
+        return Output(data, f"{info.ref}  fork of {src}#{at} ({info.status}{added})\n")
 
     run_command(ctx, go)

@@ -202,7 +202,6 @@ def paginate(
     if not msgs:
         return Page(f"{format_ref(thread_id)} has {total} messages; nothing in that range.", None)
     rx: regex.Pattern[str] | None = None
-    deadline = time.monotonic() + GREP_BUDGET_S
     if mode == "grep":
         if not pattern:
             raise ReadError("mode 'grep' needs a pattern")
@@ -210,6 +209,7 @@ def paginate(
             rx = regex.compile(pattern)
         except regex.error as err:
             raise ReadError(f"bad pattern {pattern!r}: {err}") from None
+    deadline = time.monotonic() + GREP_BUDGET_S  # the grep's: matching starts now
     first = msgs[0].seq
     budget = max_chars - 200  # room for the header and footer lines
     body: list[str] = []

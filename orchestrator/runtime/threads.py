@@ -79,7 +79,7 @@ async def spawn_workers(
     for i, raw in enumerate(tasks):
         task_id = str(raw.get("id") or f"task-{i + 1}")
         tools = list(raw.get("tools") or job.worker.tools)
-        spec = job.resolve_spec(str(raw.get("model") or job.worker_model or job.model))
+        spec = job.worker_spec(raw.get("model"))
         parse_model_spec(spec)
         tid = new_id()
         ref = format_ref(tid)
@@ -128,7 +128,7 @@ async def create_reader(
 ) -> ThreadInfo:
     """A reader thread of the job: a fresh context that answers ``question`` about ``target``
     (SPEC ``ask_thread``), on the workers' model."""
-    spec = job.resolve_spec(job.worker_model or job.model)
+    spec = job.worker_spec()
     return await store.create_thread(
         kind=Kind.READER,
         title=f"reads {target.ref}: {question[:60]}",

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from orchestrator import Orchestrator
-from tests.orchestrator.test_cli_helpers import Sample, invoke, json_out, sample_copy
+from tests.orchestrator.test_cli_helpers import Sample, invoke, json_out
 
 
 def api(sample: Sample, call: Callable[[Orchestrator], Awaitable[Any]]) -> Any:
@@ -30,11 +29,6 @@ def both_paths(sample: Sample, *args: str) -> Any:
     assert fast.exit_code == full.exit_code == 0, (fast.output, full.output)
     assert json_out(fast) == json_out(full)
     return json_out(full)
-
-
-@pytest.fixture
-def sample(tmp_path: Path) -> Sample:
-    return sample_copy(tmp_path)
 
 
 @pytest.mark.parametrize("which", ["worker", "fork", "lead", "other"])

@@ -23,14 +23,7 @@ from tests.orchestrator.test_cli_helpers import (
     invoke,
     json_out,
     run_cli,
-    sample_copy,
 )
-
-
-@pytest.fixture
-def sample(tmp_path: Path) -> Sample:
-    return sample_copy(tmp_path)
-
 
 # ----------------------------------------------------------------- through the real command
 

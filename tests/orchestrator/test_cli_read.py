@@ -15,7 +15,6 @@ from tests.orchestrator.test_cli_helpers import (
     invoke,
     json_out,
     run_cli,
-    sample_copy,
 )
 
 USAGE_KEYS = {
@@ -24,11 +23,6 @@ USAGE_KEYS = {
     "cache_read_input_tokens",
     "cache_creation_input_tokens",
 }
-
-
-@pytest.fixture
-def sample(tmp_path: Path) -> Sample:
-    return sample_copy(tmp_path)
 
 
 # ----------------------------------------------------------------- ls

@@ -26,11 +26,6 @@ from tests.orchestrator.test_cli_helpers import (
 from workers import ModelSpecError
 
 
-@pytest.fixture
-def sample(tmp_path: Path) -> Sample:
-    return sample_copy(tmp_path)
-
-
 def snapshot(db: Path) -> Any:
     """Every thread row, whole, and how many messages are stored."""
     conn = sqlite3.connect(db)
