@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +19,19 @@ from tests.e2e.conftest import Env, bash, submit
 from tests.e2e.test_jobs import db_read
 from tests.fakes.messages_api import FakeMessagesAPI, scripted_responder
 
-SLOW_SLEEP = f"30.{os.getpid()}1"
-"""The slow workers' ``sleep`` argument: unique to this test process, so the processes a killed
-run left behind can be found on the host by their command line (the pid a sandboxed shell sees
-is its PID namespace's, not the host's)."""
+
+def slow_sleep(name: str) -> str:
+    """The ``sleep`` argument of job ``name``'s slow workers: unique to this test process and to
+    the job, so the processes a run left behind can be found on the host by their command line
+    (the pid a sandboxed shell sees is its PID namespace's, not the host's), and a job's count is
+    never another job's: the shells of a run killed by the test before still die for a moment
+    after it."""
+    return f"30.{os.getpid():07d}{zlib.crc32(name.encode()):010d}"
 
 
-def surviving_sleepers() -> list[int]:
-    """Host pids of processes still running this module's slow ``sleep``."""
+def surviving_sleepers(name: str) -> list[int]:
+    """Host pids of processes still running job ``name``'s slow ``sleep``."""
+    token = re.compile(rb"(?<![\d.])" + re.escape(slow_sleep(name).encode()) + rb"(?![\d.])")
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -33,14 +40,14 @@ def surviving_sleepers() -> list[int]:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
         except OSError:
             continue
-        if SLOW_SLEEP.encode() in cmdline and b"pytest" not in cmdline:
+        if token.search(cmdline) and b"pytest" not in cmdline:
             found.append(int(entry))
     return found
 
 
-def wait_until_gone(timeout: float = 15) -> list[int]:
+def wait_until_gone(name: str, timeout: float = 15) -> list[int]:
     deadline = time.monotonic() + timeout
-    while (left := surviving_sleepers()) and time.monotonic() < deadline:
+    while (left := surviving_sleepers(name)) and time.monotonic() < deadline:
         time.sleep(0.05)
     return left
 
@@ -54,7 +61,7 @@ def crashable_job(env: Env, name: str) -> Path:
             {
                 "match": "(?m)^Task [bc]:",
                 "turns": [
-                    bash(f"echo $PPID >> slow.log; sleep {SLOW_SLEEP}"),
+                    bash(f"echo $PPID >> slow.log; sleep {slow_sleep(name)}"),
                     submit("slow one done"),
                 ],
             },
@@ -117,12 +124,12 @@ def test_sigkill_mid_job_then_resume_of_the_lead_completes_the_job(env: Env) -> 
         ),
         proc,
     )
-    assert len(surviving_sleepers()) == 2  # the kill lands mid-tool: both slow shells run
+    assert len(surviving_sleepers("crash")) == 2  # the kill lands mid-tool: both slow shells run
     proc.kill()
     proc.communicate()
     # the killed run's commands die with it (sandbox: --die-with-parent and its PID namespace;
     # plain runner: the exec helper's parent-death signal), so nothing writes after resume
-    assert wait_until_gone() == []
+    assert wait_until_gone("crash") == []
 
     lead = env.run("--json", "ls", "--kind", "lead").json[0]["ref"]
     res = env.run("--json", "resume", lead, timeout=180)
@@ -133,7 +140,7 @@ def test_sigkill_mid_job_then_resume_of_the_lead_completes_the_job(env: Env) -> 
     workers = env.run("--json", "ls", "--kind", "worker").json
     assert len(workers) == 3 and all(w["status"] == "done" for w in workers)
     _all_answered(env, lead)
-    assert surviving_sleepers() == []
+    assert surviving_sleepers("crash") == []
 
 
 def test_ctrl_c_leaves_threads_interrupted_and_exits_130(env: Env) -> None:

@@ -8,12 +8,18 @@ import asyncio
 
 from store import Status, Store
 from tests.e2e.conftest import Env
-from tests.e2e.test_crash_and_codes import crashable_job, start, surviving_sleepers, wait_for
+from tests.e2e.test_crash_and_codes import (
+    crashable_job,
+    start,
+    surviving_sleepers,
+    wait_for,
+    wait_until_gone,
+)
 
 
 def test_a_killed_runs_threads_read_interrupted_everywhere_at_once(env: Env) -> None:
     proc = start(env, "run", str(crashable_job(env, "alive")))
-    wait_for(lambda: len(surviving_sleepers()) == 2, proc)
+    wait_for(lambda: len(surviving_sleepers("alive")) == 2, proc)
     # while the run lives, its threads are running (the lead and the two slow workers)
     running = env.run("--json", "ls", "--status", "running").json
     assert len(running) == 3, running
@@ -56,7 +62,7 @@ def test_resuming_a_thread_that_runs_elsewhere_is_refused_exit_2_and_appends_not
 ) -> None:
     proc = start(env, "run", str(crashable_job(env, "held")))
     try:
-        wait_for(lambda: len(surviving_sleepers()) == 2, proc)
+        wait_for(lambda: len(surviving_sleepers("held")) == 2, proc)
         busy = _running_worker(env)
         before = env.run("--json", "show", busy["ref"]).json["messages"]
         res = env.run("resume", busy["ref"], "do something else")
@@ -71,12 +77,13 @@ def test_resuming_a_thread_that_runs_elsewhere_is_refused_exit_2_and_appends_not
     finally:
         proc.kill()
         proc.communicate()
+        wait_until_gone("held")
 
 
 def test_fork_of_a_running_thread_forks_at_its_last_turn_boundary(env: Env) -> None:
     proc = start(env, "run", str(crashable_job(env, "forkrun")))
     try:
-        wait_for(lambda: len(surviving_sleepers()) == 2, proc)
+        wait_for(lambda: len(surviving_sleepers("forkrun")) == 2, proc)
         busy = _running_worker(env)
         shown = env.run("--json", "show", busy["ref"]).json
         head = len(shown["messages"])
@@ -92,3 +99,4 @@ def test_fork_of_a_running_thread_forks_at_its_last_turn_boundary(env: Env) -> N
     finally:
         proc.kill()
         proc.communicate()
+        wait_until_gone("forkrun")
