@@ -97,6 +97,9 @@ class Output:
 
 
 _CURRENT: ContextVar[AppContext | None] = ContextVar("threadloom_app", default=None)
+_ARGV: ContextVar[Sequence[str]] = ContextVar("threadloom_argv", default=())
+"""The command line ``ThreadloomGroup.main`` runs: whether ``--json`` was asked for is read
+from it where no command has parsed it yet (an error, ``--version``)."""
 
 
 def get_app(ctx: click.Context) -> AppContext:
@@ -232,6 +235,7 @@ class ThreadloomGroup(click.Group):
     ) -> NoReturn:
         argv = list(sys.argv[1:] if args is None else args)
         _CURRENT.set(None)
+        _ARGV.set(argv)
         try:
             from ._fast import attempt  # ls/show/search/tree read-only, without SQLAlchemy
 
@@ -247,6 +251,19 @@ class ThreadloomGroup(click.Group):
         except BaseException as exc:  # the one boundary: every error ends here
             sys.exit(report_error(exc, argv))
         sys.exit(rv if isinstance(rv, int) and not isinstance(rv, bool) else 0)
+
+
+def _print_version(ctx: click.Context) -> None:
+    """``--version``: ``threadloom, version X`` as click prints it, or with ``--json`` (before or
+    after it) one JSON document, as every other output under ``--json``."""
+    from importlib.metadata import version
+
+    number = version("threadloom")
+    if "--json" in _ARGV.get():
+        click.echo(dumps({"name": PROG, "version": number}))
+    else:
+        click.echo(f"{PROG}, version {number}")
+    ctx.exit(0)
 
 
 def report_error(exc: BaseException, argv: Sequence[str] = ()) -> int:
@@ -321,7 +338,14 @@ Global options go before the command; --json may also follow it.
 )
 @click.option("-v", "--verbose", count=True, help="Log more to stderr (-v info, -vv debug).")
 @click.option("--log-json", is_flag=True, help="Logs on stderr as JSON lines.")
-@click.version_option(package_name="threadloom", prog_name=PROG)
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=lambda ctx, _param, value: _print_version(ctx) if value else None,
+    help="Show the version and exit (with --json: {name, version}).",
+)
 @click.pass_context
 def main(
     ctx: click.Context, db: str | None, json_output: bool, verbose: int, log_json: bool

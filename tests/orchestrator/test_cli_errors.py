@@ -220,6 +220,22 @@ def test_output_exit_code_and_text_or_json(scratch_command: list[BaseException |
     assert (as_json.exit_code, json.loads(as_json.stdout)) == (1, {"status": "failed"})
 
 
+def test_version_is_plain_text_or_one_json_document_with_json() -> None:
+    from importlib.metadata import version
+
+    number = version("threadloom")
+    plain = run_cli("--version")
+    assert (plain.returncode, plain.stdout, plain.stderr) == (
+        0,
+        f"threadloom, version {number}\n",
+        "",
+    )
+    for args in (("--json", "--version"), ("--version", "--json")):
+        done = run_cli(*args)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        assert json.loads(done.stdout) == {"name": "threadloom", "version": number}
+
+
 def test_every_registered_command_loads_and_has_help() -> None:
     runner = CliRunner()
     for name in COMMANDS:
