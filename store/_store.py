@@ -9,6 +9,7 @@ modules per table family (``_threads``, ``_messages``, ``_search``), histories i
 
 from __future__ import annotations
 
+import operator
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -180,7 +181,10 @@ class Store:
         self, thread_id: str, *, start: int = 1, end: int | None = None
     ) -> list[Message]:
         """The visible history of a thread (inherited messages of a fork included), or the
-        range ``start..end`` (inclusive; ``end=None`` means to the end)."""
+        range ``start..end`` (inclusive; ``end=None`` means to the end). ``TypeError`` when a
+        bound is not a whole number (``start=3.5`` read nothing, ``start="2"`` failed deep in
+        the read)."""
+        start, end = _seq(start, "start"), None if end is None else _seq(end, "end")
         if self.db.raw is not None:
             return await raw_messages(self.db.raw, thread_id, start, end, self._history)
         return await self.db.read(
@@ -514,3 +518,11 @@ class Store:
         return await self.db.read(
             lambda c: _search.search(c, query, job_id=job_id, limit=limit), where="searching"
         )
+
+
+def _seq(value: object, name: str) -> int:
+    """A message number given to the store's API, as an ``int``; ``TypeError`` naming the
+    argument otherwise (a bool, a float, a string)."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{name} must be a message number (an int), not {value!r}")
+    return operator.index(value)

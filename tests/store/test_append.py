@@ -51,6 +51,32 @@ async def test_append_to_a_missing_thread_is_thread_not_found(store: Store) -> N
         await store.append("0" * 26, user("x"))
 
 
+@pytest.mark.parametrize(
+    ("bounds", "says"),
+    [
+        ({"start": 2.5}, "start must be a message number (an int), not 2.5"),
+        ({"start": "2"}, "start must be a message number (an int), not '2'"),
+        ({"start": True}, "start must be a message number (an int), not True"),
+        ({"end": 1.0}, "end must be a message number (an int), not 1.0"),
+    ],
+)
+async def test_a_range_bound_that_is_not_an_int_is_a_type_error_naming_it(
+    store: Store, bounds: dict[str, Any], says: str
+) -> None:
+    """From Python, ``start=2.5`` read nothing and ``start="2"`` failed deep in the read with
+    an unrelated comparison error; an int-like bound (``numpy.int64``, ``__index__``) reads."""
+
+    class Two:
+        def __index__(self) -> int:
+            return 2
+
+    tid = await _thread(store, user("a"), assistant("b"), user("c"))
+    with pytest.raises(TypeError) as err:
+        await store.messages(tid, **bounds)
+    assert str(err.value) == says
+    assert [m.seq for m in await store.messages(tid, start=Two())] == [2, 3]  # type: ignore[arg-type]
+
+
 async def test_several_tool_uses_may_be_answered_in_any_order(store: Store) -> None:
     tid = await _thread(store, user("go"))
     await store.append(tid, calls("a", "b", "c"))
