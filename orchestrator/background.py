@@ -273,7 +273,8 @@ class Background:
         """Stop a thread run by this process (a lead: its whole job's runs here too) and mark
         it ``cancelled`` (SPEC: the status of a thread its user cancelled). A running thread is
         stopped as a stop leaves it — every in-flight tool call answered with the interrupted
-        marker, its effect unknown — and then marked; one that had not started yet is marked
+        marker, its effect unknown, but a turn of calls safe to replay (a lead's ``dispatch``),
+        left for the resume to run again — and then marked; one that had not started yet is marked
         at once. Either stays resumable. A thread another process runs is refused. Waiters
         see the thread ended only once it is marked."""
         info = (await self.store.resolve(ref)).thread

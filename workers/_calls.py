@@ -3,7 +3,8 @@
 A turn's calls run concurrently up to ``LoopConfig.parallel_tools`` (one call — the usual turn —
 runs inline, without a task group); ``submit_result`` is handled last, here, for workers. Every
 call gets exactly one answer in the next user message: its output, or ``INTERRUPTED_RESULT``
-when the run was stopped before it finished.
+when the run was stopped before it finished — except a turn whose every call is safe to replay,
+which a stop leaves for the resume to run again (``replayable``).
 """
 
 from __future__ import annotations
@@ -93,6 +94,17 @@ async def answer(run: _Run, uses: list[ToolUseBlock], outputs: dict[str, ToolOut
             f.close()
 
 
+def replayable(run: _Run, uses: list[ToolUseBlock]) -> bool:
+    """Whether every call of a turn is safe to run again (``Tool.replay_safe``: reads, and a
+    lead's ``dispatch``, whose dispatch rows make a replay reuse the workers it started). A stop
+    (Ctrl-C, a cancel) leaves such a turn unanswered, as a crash leaves it, so that resuming
+    the thread runs it on the same way after either: a lead's ``dispatch`` answered
+    "interrupted" would have left its job's workers behind, never resumed. A turn with any
+    other call is answered at the stop (the outputs of the calls that finished are kept; one
+    user message holds a turn's results, so answering part of it is not possible)."""
+    return all(u.name in run.tools and run.tools[u.name].replay_safe for u in uses)
+
+
 async def run_tools(run: _Run, uses: list[ToolUseBlock]) -> dict[str, ToolOutput]:
     """Run one turn's tool calls, concurrently up to ``parallel_tools``; ``submit_result`` last.
     If cancelled, the calls that finished keep their results and the others are answered with
@@ -118,6 +130,8 @@ async def run_tools(run: _Run, uses: list[ToolUseBlock]) -> dict[str, ToolOutput
                 for u in others:
                     tg.create_task(bounded(u))
     except asyncio.CancelledError:
+        if replayable(run, uses):
+            raise  # left as a crash leaves it: resuming runs these calls again (``replayable``)
         # waited for to its end (not merely shielded): a second cancellation must not let the
         # caller's cleanup read the history before these answers are in it and answer again
         await cleanup_cancelled(answer(run, uses, outputs), "tool_calls.answer_not_stored")

@@ -44,7 +44,7 @@ from store import (
 )
 
 from ._calls import INTERRUPTED_RESULT as INTERRUPTED_RESULT
-from ._calls import answer, cleanup_cancelled, run_tools, store_message, tool_spec
+from ._calls import answer, cleanup_cancelled, replayable, run_tools, store_message, tool_spec
 from ._nudges import EMPTY_REPLY_SUMMARY, nudge_text, reply_text
 from ._protocol import Model, ModelResponse, ToolSpec, result_nudges
 from ._request import DEFAULT_OUTPUT_CAP, RequestBuilder
@@ -370,7 +370,7 @@ async def _end_interrupted(run: _Run) -> None:
     if run.lease_lost:
         return  # the thread is another runner's now
     try:
-        await _answer_orphans(run, replay=False)
+        await _answer_orphans(run, replay=False, stopping=True)
         await _finish(run, Status.INTERRUPTED, error="interrupted")
     except LeaseLost as lost:
         # refused, and said so in the log: a late runner's last writes are refused here too
@@ -383,12 +383,15 @@ async def _end_timed_out(run: _Run) -> RunOutcome:
     return await _finish(run, Status.FAILED, error=f"timed out after {run.config.timeout_s:g} s")
 
 
-async def _answer_orphans(run: _Run, *, replay: bool = True) -> None:
+async def _answer_orphans(run: _Run, *, replay: bool = True, stopping: bool = False) -> None:
     """The newest assistant turn may have tool calls nobody answered (the process died, or the
     run was stopped before they ran). Each is answered with the stored synthetic "interrupted"
     result — the tool is never re-run automatically — except tools that declare themselves
     ``replay_safe`` (reads, and ``dispatch``, whose dispatch rows make a replay reuse the workers
-    it already started), which are run again when ``replay`` is on."""
+    it already started), which are run again when ``replay`` is on.
+
+    ``stopping`` (Ctrl-C, a cancel): a turn whose every call is replay-safe is left unanswered,
+    as a crash leaves it (``_calls.replayable``)."""
     history = await run.store.messages(run.thread_id)
     run.history = history
     run.requests.reset(history)
@@ -396,6 +399,9 @@ async def _answer_orphans(run: _Run, *, replay: bool = True) -> None:
         return
     uses = [b for b in history[-1].content if isinstance(b, ToolUseBlock)]
     if not uses:
+        return
+    if stopping and replayable(run, uses):
+        log.info("thread.left_for_replay", calls=[u.name for u in uses])
         return
     safe = [u for u in uses if replay and u.name in run.tools and run.tools[u.name].replay_safe]
     outputs = await run_tools(run, safe) if safe else {}

@@ -107,9 +107,14 @@ async def _orchestrate(
         with progress:
             outcome = await fn(orch)
     except asyncio.CancelledError:
+        leads = [r.ref for r in progress.rows.values() if r.kind == "lead"]
         sys.stderr.write(
-            "threadloom: interrupted; running threads were left interrupted and can be resumed"
-            " (threadloom ls --status interrupted; threadloom resume REF)\n"
+            "threadloom: interrupted; the job's running threads were left interrupted;"
+            f" threadloom resume {leads[0]} runs it on: finished workers are reused, stopped and"
+            " queued ones run\n"
+            if len(leads) == 1
+            else "threadloom: interrupted; running threads were left interrupted and can be"
+            " resumed (threadloom ls --status interrupted; threadloom resume REF)\n"
         )
         raise
     finally:

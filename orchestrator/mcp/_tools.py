@@ -396,7 +396,8 @@ def register_tools(app: Threadloom) -> None:
     @server.tool(annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False))
     async def cancel(ref: Ref) -> CallToolResult:
         """Stop a thread (a job's ref: all of its runs) and mark it cancelled; a tool call it
-        had under way is answered as interrupted. Resumable with resume_thread. `cancelled`
+        had under way is answered as interrupted (a lead's dispatch is left for resume_thread
+        to replay, reusing the job's workers). Resumable with resume_thread. `cancelled`
         lists the threads this call stopped or marked; `not_running` those it left as they
         were (already ended, or never run)."""
         with refusals():

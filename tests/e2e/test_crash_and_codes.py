@@ -97,12 +97,19 @@ def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def _all_answered(env: Env, lead: str) -> None:
+def _all_answered(env: Env, lead: str, *, but_replayable: bool = False) -> None:
+    """Every tool call of the job answered by the next message; ``but_replayable``: a thread's
+    last turn may be left unanswered when it is a ``dispatch`` (a stop leaves a turn of calls
+    safe to replay for the resume to run again)."""
+
     async def check(store: Store) -> None:
         for t in await store.job_tree(lead[2:]):
             msgs = await store.messages(t.id)
             for i, m in enumerate(msgs):
                 uses = {b.id for b in m.content if isinstance(b, ToolUseBlock)}
+                names = {b.name for b in m.content if isinstance(b, ToolUseBlock)}
+                if uses and but_replayable and i + 1 == len(msgs) and names == {"dispatch"}:
+                    continue
                 if uses:
                     assert i + 1 < len(msgs), f"{t.ref}#{m.seq} unanswered"
                     got = {
@@ -163,9 +170,62 @@ def test_ctrl_c_leaves_threads_interrupted_and_exits_130(env: Env) -> None:
     workers = env.run("--json", "ls", "--kind", "worker").json
     assert sorted(w["status"] for w in workers) == ["done", "interrupted", "interrupted"]
     lead = env.run("--json", "ls", "--kind", "lead").json[0]["ref"]
-    _all_answered(env, lead)
+    # the workers' calls are answered ("interrupted"); the lead's dispatch, safe to replay, is
+    # left as a crash leaves it, so that resuming the lead runs the job on
+    _all_answered(env, lead, but_replayable=True)
+    assert env.run("--json", "show", lead).json["messages"][-1]["role"] == "assistant"
     res = env.run("--json", "resume", lead, timeout=180)
     assert res.code == 0, res.stderr
+    assert res.json["report"] == "all three reported"
+    workers = env.run("--json", "ls", "--kind", "worker").json
+    assert len(workers) == 3 and all(w["status"] == "done" for w in workers), workers
+    assert len(_lines(env.ws / "slow.log")) == 2  # the stopped tool calls were not re-run
+    assert _lines(env.ws / "a.log") == ["a"]  # nor the finished worker
+    _all_answered(env, lead)
+
+
+def test_ctrl_c_then_resume_runs_the_workers_that_had_not_started(env: Env) -> None:
+    """One worker at a time: Ctrl-C while the first runs leaves the second ``queued`` under an
+    ``interrupted`` lead. Resuming the lead replays its dispatch: the stopped worker is resumed
+    (its interrupted call answered, not re-run) and the one that never started runs — where a
+    dispatch answered "interrupted" at the stop left both behind for good."""
+    path = env.job(
+        "queue",
+        [
+            {"match": "Job: queue", "turns": [{"text": "both reported"}]},
+            {
+                "match": "(?m)^Task s:",
+                "turns": [
+                    bash(f"echo s >> slow.log; sleep {slow_sleep('queue')}"),
+                    submit("slow one done"),
+                ],
+            },
+            {"match": "(?m)^Task q:", "turns": [bash("echo q >> q.log"), submit("q done")]},
+        ],
+        [
+            {"id": "s", "title": "S", "prompt": "slow"},
+            {"id": "q", "title": "Q", "prompt": "quick"},
+        ],
+        extra="max_parallel = 1",
+    )
+    proc = start(env, "run", str(path))
+    wait_for(lambda: len(surviving_sleepers("queue")) == 1, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    statuses = {w["title"]: w["status"] for w in env.run("--json", "ls", "--kind", "worker").json}
+    assert statuses == {"S": "interrupted", "Q": "queued"}, statuses
+    assert wait_until_gone("queue") == []
+    lead = env.run("--json", "ls", "--kind", "lead").json[0]["ref"]
+    assert f"threadloom resume {lead} runs it on" in err  # what to do next, named
+    res = env.run("--json", "resume", lead, timeout=180)
+    assert res.code == 0, res.stderr
+    assert res.json["report"] == "both reported"
+    statuses = {w["title"]: w["status"] for w in env.run("--json", "ls", "--kind", "worker").json}
+    assert statuses == {"S": "done", "Q": "done"}, statuses
+    assert _lines(env.ws / "slow.log") == ["s"]  # the stopped call was not run again
+    assert _lines(env.ws / "q.log") == ["q"]  # the worker that had not started ran, once
+    _all_answered(env, lead)
 
 
 def test_unknown_ref_is_exit_3_and_bad_ref_syntax_exit_2(env: Env) -> None:
