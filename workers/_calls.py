@@ -102,7 +102,13 @@ def replayable(run: _Run, uses: list[ToolUseBlock]) -> bool:
     "interrupted" would have left its job's workers behind, never resumed. A turn with any
     other call is answered at the stop (the outputs of the calls that finished are kept; one
     user message holds a turn's results, so answering part of it is not possible)."""
-    return all(u.name in run.tools and run.tools[u.name].replay_safe for u in uses)
+    return all(replay_safe(run, u) for u in uses)
+
+
+def replay_safe(run: _Run, use: ToolUseBlock) -> bool:
+    """Whether the run's tool ``use`` calls declares itself safe to run again."""
+    tool = run.tools.get(use.name)
+    return tool is not None and tool.replay_safe
 
 
 async def run_tools(run: _Run, uses: list[ToolUseBlock]) -> dict[str, ToolOutput]:

@@ -44,7 +44,15 @@ from store import (
 )
 
 from ._calls import INTERRUPTED_RESULT as INTERRUPTED_RESULT
-from ._calls import answer, cleanup_cancelled, replayable, run_tools, store_message, tool_spec
+from ._calls import (
+    answer,
+    cleanup_cancelled,
+    replay_safe,
+    replayable,
+    run_tools,
+    store_message,
+    tool_spec,
+)
 from ._nudges import EMPTY_REPLY_SUMMARY, nudge_text, reply_text
 from ._protocol import Model, ModelResponse, ToolSpec, result_nudges
 from ._request import DEFAULT_OUTPUT_CAP, RequestBuilder
@@ -403,7 +411,7 @@ async def _answer_orphans(run: _Run, *, replay: bool = True, stopping: bool = Fa
     if stopping and replayable(run, uses):
         log.info("thread.left_for_replay", calls=[u.name for u in uses])
         return
-    safe = [u for u in uses if replay and u.name in run.tools and run.tools[u.name].replay_safe]
+    safe = [u for u in uses if replay and replay_safe(run, u)]
     outputs = await run_tools(run, safe) if safe else {}
     await answer(run, uses, outputs)
     if len(safe) < len(uses):

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from store import Message, ToolResultBlock, ToolUseBlock
+
 
 @dataclass
 class Result:
@@ -92,3 +94,24 @@ def bash(command: str, text: str = "") -> dict[str, Any]:
     if text:
         turn["text"] = text
     return turn
+
+
+def answered_turns(
+    msgs: Sequence[Message], *, but_dispatch: bool = False, where: str = ""
+) -> list[list[ToolResultBlock]]:
+    """Asserts that each turn's tool calls are answered by the next message, one result per
+    call; returns each answered turn's results. ``but_dispatch``: a last turn of ``dispatch``
+    alone may be left open (a stop leaves a turn of calls safe to replay for the resume to run
+    again)."""
+    out = []
+    for i, m in enumerate(msgs):
+        uses = [b for b in m.content if isinstance(b, ToolUseBlock)]
+        if not uses:
+            continue
+        if but_dispatch and i + 1 == len(msgs) and {u.name for u in uses} == {"dispatch"}:
+            continue
+        assert i + 1 < len(msgs), f"{where}#{m.seq} unanswered"
+        got = [b for b in msgs[i + 1].content if isinstance(b, ToolResultBlock)]
+        assert {b.tool_use_id for b in got} == {u.id for u in uses}, f"{where}#{m.seq}"
+        out.append(got)
+    return out

@@ -14,8 +14,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from store import Store, ToolResultBlock, ToolUseBlock
-from tests.e2e.conftest import Env, bash, submit
+from store import Store
+from tests.e2e.conftest import Env, answered_turns, bash, submit
 from tests.e2e.test_jobs import db_read
 from tests.fakes.messages_api import FakeMessagesAPI, scripted_responder
 
@@ -98,24 +98,12 @@ def _lines(path: Path) -> list[str]:
 
 
 def _all_answered(env: Env, lead: str, *, but_replayable: bool = False) -> None:
-    """Every tool call of the job answered by the next message; ``but_replayable``: a thread's
-    last turn may be left unanswered when it is a ``dispatch`` (a stop leaves a turn of calls
-    safe to replay for the resume to run again)."""
+    """Every tool call of the job answered by the next message (``answered_turns``);
+    ``but_replayable``: a thread's last turn may be a ``dispatch`` left for the resume."""
 
     async def check(store: Store) -> None:
         for t in await store.job_tree(lead[2:]):
-            msgs = await store.messages(t.id)
-            for i, m in enumerate(msgs):
-                uses = {b.id for b in m.content if isinstance(b, ToolUseBlock)}
-                names = {b.name for b in m.content if isinstance(b, ToolUseBlock)}
-                if uses and but_replayable and i + 1 == len(msgs) and names == {"dispatch"}:
-                    continue
-                if uses:
-                    assert i + 1 < len(msgs), f"{t.ref}#{m.seq} unanswered"
-                    got = {
-                        b.tool_use_id for b in msgs[i + 1].content if isinstance(b, ToolResultBlock)
-                    }
-                    assert got == uses
+            answered_turns(await store.messages(t.id), but_dispatch=but_replayable, where=t.ref)
 
     db_read(env, check)
 

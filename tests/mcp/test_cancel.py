@@ -9,7 +9,8 @@ import asyncio
 from typing import Any
 
 from orchestrator.mcp import Threadloom
-from store import Status, Store, ToolResultBlock, ToolUseBlock
+from store import Status, Store, ToolResultBlock
+from tests.e2e.conftest import answered_turns
 from tests.mcp.conftest import SUBMIT, Serve, Setup, client, data, make_setup
 
 LONG = {"tool_calls": [{"name": "bash", "input": {"command": "sleep 120"}}]}
@@ -50,20 +51,6 @@ async def _mid_tool(store: Store, thread_id: str) -> None:
             await asyncio.sleep(0.05)
 
 
-def _assert_every_call_answered(msgs: list[Any], *, but_dispatch: bool = False) -> None:
-    """Each tool call answered by the next message; ``but_dispatch``: a last turn that is a
-    lead's ``dispatch`` is left unanswered (a stop leaves a turn of calls safe to replay for the
-    resume to run again, which then reuses the job's workers)."""
-    for i, m in enumerate(msgs):
-        ids = {b.id for b in m.content if isinstance(b, ToolUseBlock)}
-        names = {b.name for b in m.content if isinstance(b, ToolUseBlock)}
-        if ids and but_dispatch and i + 1 == len(msgs) and names == {"dispatch"}:
-            continue
-        if ids:
-            nxt = msgs[i + 1].content
-            assert ids == {b.tool_use_id for b in nxt if isinstance(b, ToolResultBlock)}
-
-
 async def test_cancel_marks_a_worker_stopped_mid_tool_cancelled_with_its_call_answered(
     serve: Serve, setup: Setup
 ) -> None:
@@ -84,7 +71,7 @@ async def test_cancel_marks_a_worker_stopped_mid_tool_cancelled_with_its_call_an
         info = await store.get_thread(long_id)
         assert info.status == Status.CANCELLED
         msgs = await store.messages(long_id)
-        _assert_every_call_answered(msgs)
+        answered_turns(msgs)
         (answer,) = msgs[-1].content
         assert isinstance(answer, ToolResultBlock) and answer.is_error
         assert "interrupted" in answer.text
@@ -92,7 +79,7 @@ async def test_cancel_marks_a_worker_stopped_mid_tool_cancelled_with_its_call_an
         await _mid_tool(store, (await store.resolve(queued_ref)).thread.id)
         job = data(await c.call_tool("cancel", {"ref": out["job"]}))
         assert {"ref": queued_ref, "status": "cancelled"} in job["cancelled"]
-        _assert_every_call_answered(await store.messages(queued_ref.removeprefix("T-")))
+        answered_turns(await store.messages(queued_ref.removeprefix("T-")))
         assert (await store.resolve(out["job"])).thread.status == Status.IDLE  # the client's
         # cancelled, still resumable
         again = data(
@@ -120,9 +107,9 @@ async def test_cancel_of_a_job_run_by_run_job_marks_the_lead_and_its_workers_can
         assert statuses == {lead.ref: "cancelled", workers[0].ref: "cancelled"}
         for t in (lead.id, workers[0].id):
             assert (await store.get_thread(t)).status == Status.CANCELLED
-        _assert_every_call_answered(await store.messages(workers[0].id))
+        answered_turns(await store.messages(workers[0].id))
         lead_msgs = await store.messages(lead.id)
-        _assert_every_call_answered(lead_msgs, but_dispatch=True)
+        answered_turns(lead_msgs, but_dispatch=True)
         assert lead_msgs[-1].role == "assistant"  # its dispatch: replayed when it is resumed
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from store import Store, ToolResultBlock, ToolUseBlock
-from tests.e2e.conftest import bash, submit
+from store import Store
+from tests.e2e.conftest import answered_turns, bash, submit
 from tests.temporal.conftest import Cluster
 
 SLOW = f"30.{os.getpid()}7"  # a sleep of this test process, found by its argument
@@ -94,26 +94,17 @@ def _slow_owner_pid(cluster: Cluster) -> int:
 def _all_answered(
     cluster: Cluster, lead: str, *, but_dispatch: bool = False
 ) -> dict[str, list[str]]:
-    """Every tool call of the job answered; the tool results' texts per task. ``but_dispatch``:
-    a thread's last turn may be a ``dispatch`` left unanswered (a stop leaves a turn of calls
-    safe to replay for the resume to run again)."""
+    """Every tool call of the job answered (``answered_turns``); the tool results' texts per
+    task. ``but_dispatch``: a thread's last turn may be a ``dispatch`` left for the resume."""
     out: dict[str, list[str]] = {}
 
     async def check(store: Store) -> None:
         for t in await store.job_tree(lead[2:]):
             msgs = await store.messages(t.id)
-            for i, m in enumerate(msgs):
-                uses = {b.id for b in m.content if isinstance(b, ToolUseBlock)}
-                names = {b.name for b in m.content if isinstance(b, ToolUseBlock)}
-                if uses and but_dispatch and i + 1 == len(msgs) and names == {"dispatch"}:
-                    continue
-                if uses:
-                    assert i + 1 < len(msgs), f"{t.ref}#{m.seq} unanswered"
-                    got = [b for b in msgs[i + 1].content if isinstance(b, ToolResultBlock)]
-                    assert {b.tool_use_id for b in got} == uses
-                    out.setdefault(str((t.task or {}).get("id")), []).extend(
-                        str(b.content) for b in got
-                    )
+            for got in answered_turns(msgs, but_dispatch=but_dispatch, where=t.ref):
+                out.setdefault(str((t.task or {}).get("id")), []).extend(
+                    str(b.content) for b in got
+                )
 
     _read(cluster, check)
     return out
