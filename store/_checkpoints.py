@@ -7,58 +7,49 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from . import _threads
-from ._engine import utcnow
 from ._history import History
-from ._tables import checkpoints
+from ._sqlite import Tx, utcnow
 
 if TYPE_CHECKING:
     from ._writer import Writer
 
+_KEY = "thread_id = :thread AND seq = :seq"
 
-async def _record(
-    conn: AsyncConnection, thread_id: str, seq: int, commit: str, now: datetime
-) -> None:
-    await _threads.get(conn, thread_id)
-    await conn.execute(
-        checkpoints.delete().where(checkpoints.c.thread_id == thread_id, checkpoints.c.seq == seq)
+
+def record(tx: Tx, thread_id: str, seq: int, commit: str, now: datetime) -> None:
+    _threads.get(tx, thread_id)
+    params = {"thread": thread_id, "seq": seq, "commit": commit, "now": tx.time(now)}
+    tx.execute(f"DELETE FROM checkpoints WHERE {_KEY}", params)
+    tx.execute(
+        'INSERT INTO checkpoints (thread_id, seq, "commit", created_at)'
+        " VALUES (:thread, :seq, :commit, :now)",
+        params,
     )
-    await conn.execute(
-        checkpoints.insert().values(thread_id=thread_id, seq=seq, commit=commit, created_at=now)
-    )
 
 
-async def _at(
-    conn: AsyncConnection, history: History, thread_id: str, seq: int | None
-) -> tuple[int, str] | None:
-    head, chain = await history.chain(conn, thread_id)
+def at(tx: Tx, history: History, thread_id: str, seq: int | None) -> tuple[int, str] | None:
+    head, chain = history.chain(tx, thread_id)
     limit = head if seq is None else min(seq, head)
     bounds = [head] + [after for _, after in chain[:-1]]
     for (owner, _), bound in zip(chain, bounds, strict=True):
         limit = min(limit, bound)
-        row = (
-            await conn.execute(
-                sa.select(checkpoints.c.seq, checkpoints.c.commit)
-                .where(checkpoints.c.thread_id == owner, checkpoints.c.seq <= limit)
-                .order_by(checkpoints.c.seq.desc())
-                .limit(1)
-            )
-        ).first()
+        row = tx.fetchone(
+            'SELECT seq, "commit" FROM checkpoints WHERE thread_id = :thread AND seq <= :seq'
+            " ORDER BY seq DESC LIMIT 1",
+            {"thread": owner, "seq": limit},
+        )
         if row is not None:
-            return int(row.seq), str(row.commit)
+            return int(row[0]), str(row[1])
     return None
 
 
-async def _own(conn: AsyncConnection, thread_id: str) -> list[tuple[int, str]]:
-    q = (
-        sa.select(checkpoints.c.seq, checkpoints.c.commit)
-        .where(checkpoints.c.thread_id == thread_id)
-        .order_by(checkpoints.c.seq)
+def own(tx: Tx, thread_id: str) -> list[tuple[int, str]]:
+    rows = tx.fetchall(
+        'SELECT seq, "commit" FROM checkpoints WHERE thread_id = :thread ORDER BY seq',
+        {"thread": thread_id},
     )
-    return [(int(r.seq), str(r.commit)) for r in await conn.execute(q)]
+    return [(int(r[0]), str(r[1])) for r in rows]
 
 
 class Checkpoints:
@@ -73,7 +64,7 @@ class Checkpoints:
         same seq again replaces it: a replayed step checkpoints the files as they are now."""
         now = utcnow()
         await self._writer.run(
-            lambda c: _record(c, thread_id, seq, commit, now), where="recording a checkpoint"
+            lambda tx: record(tx, thread_id, seq, commit, now), where="recording a checkpoint"
         )
 
     async def at(self, thread_id: str, seq: int | None = None) -> tuple[int, str] | None:
@@ -82,9 +73,11 @@ class Checkpoints:
         message n are its parent's at n when n is an inherited message. None when no message up
         to ``seq`` changed files."""
         return await self._writer.db.read(
-            lambda c: _at(c, self._history, thread_id, seq), where="reading checkpoints"
+            lambda tx: at(tx, self._history, thread_id, seq), where="reading checkpoints"
         )
 
     async def of_thread(self, thread_id: str) -> list[tuple[int, str]]:
         """The thread's own checkpoints (not its fork ancestry's), oldest first."""
-        return await self._writer.db.read(lambda c: _own(c, thread_id), where="reading checkpoints")
+        return await self._writer.db.read(
+            lambda tx: own(tx, thread_id), where="reading checkpoints"
+        )

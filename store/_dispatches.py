@@ -9,13 +9,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from . import _threads
-from ._engine import utcnow
 from ._invariants import check_append
-from ._tables import dispatches
+from ._sqlite import Tx, utcnow
 from .models import Kind, NewMessage, Status, ThreadInfo
 from .refs import new_id
 
@@ -33,8 +29,8 @@ class Dispatch:
     status: str
 
 
-async def _spawn(
-    conn: AsyncConnection,
+def spawn(
+    tx: Tx,
     now: datetime,
     messages: Sequence[NewMessage],
     *,
@@ -44,50 +40,44 @@ async def _spawn(
     task_key: str | None,
     **values: Any,
 ) -> tuple[ThreadInfo, bool]:
-    row = (
-        await conn.execute(
-            sa.select(dispatches.c.worker_id).where(
-                dispatches.c.lead_id == lead_id,
-                dispatches.c.tool_use_id == tool_use_id,
-                dispatches.c.task_index == task_index,
-            )
-        )
-    ).first()
+    """The worker of one task of a lead's ``tool_use`` with its dispatch row, or the worker
+    that dispatch already has: (thread, created)."""
+    key = {"lead": lead_id, "tool_use": tool_use_id, "index": task_index}
+    row = tx.fetchone(
+        "SELECT worker_id FROM dispatches WHERE lead_id = :lead AND tool_use_id = :tool_use"
+        " AND task_index = :index",
+        key,
+    )
     if row is not None:
-        return await _threads.get(conn, row.worker_id), False
-    job = await _threads.job_of(conn, lead_id)
-    status = str(Status.QUEUED)
-    await _threads.insert(
-        conn, now, messages, status=status, parent_id=lead_id, job_id=job, **values
+        return _threads.get(tx, row[0]), False
+    job, status = _threads.job_of(tx, lead_id), str(Status.QUEUED)
+    _threads.insert(tx, now, messages, status=status, parent_id=lead_id, job_id=job, **values)
+    stamp = tx.time(now)
+    tx.execute(
+        "INSERT INTO dispatches (lead_id, tool_use_id, task_index, task_key, worker_id, status,"
+        " created_at, updated_at) VALUES (:lead, :tool_use, :index, :task_key, :worker, :status,"
+        " :now, :now)",
+        {**key, "task_key": task_key, "worker": values["id"], "status": status, "now": stamp},
     )
-    await conn.execute(
-        dispatches.insert().values(
-            lead_id=lead_id,
-            tool_use_id=tool_use_id,
-            task_index=task_index,
-            task_key=task_key,
-            worker_id=values["id"],
-            status=status,
-            created_at=now,
-            updated_at=now,
-        )
+    return _threads.get(tx, values["id"]), True
+
+
+def set_status(tx: Tx, worker_id: str, status: str, now: datetime) -> None:
+    tx.execute(
+        "UPDATE dispatches SET status = :status, updated_at = :now WHERE worker_id = :worker",
+        {"status": status, "now": tx.time(now), "worker": worker_id},
     )
-    return await _threads.get(conn, values["id"]), True
 
 
-async def _dispatches(conn: AsyncConnection, q: sa.Select[Any]) -> list[Dispatch]:
-    return [
-        Dispatch(r.lead_id, r.tool_use_id, r.task_index, r.task_key, r.worker_id, r.status)
-        for r in await conn.execute(q)
-    ]
-
-
-async def _set_status(conn: AsyncConnection, worker_id: str, status: str, now: datetime) -> None:
-    await conn.execute(
-        dispatches.update()
-        .where(dispatches.c.worker_id == worker_id)
-        .values(status=status, updated_at=now)
+def of_lead(tx: Tx, lead_id: str, tool_use_id: str | None) -> list[Dispatch]:
+    sql = (
+        "SELECT lead_id, tool_use_id, task_index, task_key, worker_id, status FROM dispatches"
+        " WHERE lead_id = :lead"
     )
+    if tool_use_id is not None:
+        sql += " AND tool_use_id = :tool_use"
+    rows = tx.fetchall(sql + " ORDER BY id", {"lead": lead_id, "tool_use": tool_use_id})
+    return [Dispatch(*r) for r in rows]
 
 
 class Dispatches:
@@ -129,8 +119,8 @@ class Dispatches:
             "model": model,
         }
         return await self._writer.run(
-            lambda c: _spawn(
-                c,
+            lambda tx: spawn(
+                tx,
                 now,
                 messages,
                 lead_id=lead_id,
@@ -144,14 +134,12 @@ class Dispatches:
 
     async def of_lead(self, lead_id: str, tool_use_id: str | None = None) -> list[Dispatch]:
         """The lead's dispatches (of one ``tool_use`` id), in the order they were made."""
-        q = sa.select(dispatches).where(dispatches.c.lead_id == lead_id)
-        if tool_use_id is not None:
-            q = q.where(dispatches.c.tool_use_id == tool_use_id)
-        q = q.order_by(dispatches.c.id)
-        return await self._writer.db.read(lambda c: _dispatches(c, q), where="reading dispatches")
+        return await self._writer.db.read(
+            lambda tx: of_lead(tx, lead_id, tool_use_id), where="reading dispatches"
+        )
 
     async def set_status(self, worker_id: str, status: str) -> None:
         now = utcnow()
         await self._writer.run(
-            lambda c: _set_status(c, worker_id, status, now), where="updating a dispatch"
+            lambda tx: set_status(tx, worker_id, status, now), where="updating a dispatch"
         )

@@ -14,45 +14,38 @@ import contextlib
 import fcntl
 import os
 import sqlite3
-import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event, exc
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from ._rawwrite import QueueTimeout, RawWriter
-from ._schema import SCHEMA_HEAD as SCHEMA_HEAD  # defined where store._rawread reads it
+from ._schema import SCHEMA_HEAD as SCHEMA_HEAD  # defined where the fast path reads it
+from ._sqlite import (
+    BUSY_TIMEOUT_MS,
+    LockTimeout,
+    Params,
+    QueueTimeout,
+    ReaderPool,
+    Row,
+    Tx,
+    WriteQueue,
+    WriterThread,
+    sqlite_time,
+)
 from .errors import DatabaseError, DatabaseFull, DatabaseUnavailable
 
 T = TypeVar("T")
 
-BUSY_TIMEOUT_MS = 30_000
 _MIGRATION_LOCK_KEY = 0x7412_00AD
 
 
 IDLE_IN_TRANSACTION_MS = 10_000
 """PostgreSQL ends a session left idle inside a transaction this long (see ``Database``)."""
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-@overload
-def as_utc(value: datetime) -> datetime: ...
-@overload
-def as_utc(value: None) -> None: ...
-def as_utc(value: datetime | None) -> datetime | None:
-    """SQLite hands back naive datetimes; everything we store is UTC."""
-    if value is None or value.tzinfo is not None:
-        return value
-    return value.replace(tzinfo=UTC)
 
 
 def database_url(url_or_path: str | os.PathLike[str]) -> str:
@@ -158,177 +151,63 @@ async def finish_uncancelled(coro: Coroutine[Any, Any, T]) -> T:
     return task.result()
 
 
-class RawSqliteReader:
-    """Reads on SQLite through plain ``sqlite3`` connections, one per thread of a small pool:
-    one thread hop per read instead of SQLAlchemy's async machinery (about 1 ms a read here),
-    and no hop at all for small reads (``inline``).
-    The connections are ``query_only``, so this path can never write. Reads need no explicit
-    transaction: messages are append-only and numbered, so reading the head first and then
-    messages up to it is consistent whatever commits in between."""
+class SaTx(Tx):
+    """``Tx`` on a SQLAlchemy connection inside ``run_sync`` (PostgreSQL through asyncpg, or a
+    SQLite database named by a ``file:`` URI): the statement's ``:name`` parameters bound by
+    ``sa.text``, compiled once per statement text."""
 
-    def __init__(self, path: Path, *, workers: int = 2) -> None:
-        self.path = path
-        self._local = threading.local()
-        self._conns: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tl-read")
-        self._inline: sqlite3.Connection | None = None
+    __slots__ = ("conn", "postgres")
 
-    def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            conn.execute("PRAGMA query_only = ON")
-            self._local.conn = conn
-            with self._lock:
-                self._conns.append(conn)
-        return conn
+    def __init__(self, conn: sa.Connection) -> None:
+        self.conn = conn
+        self.postgres = conn.dialect.name == "postgresql"
 
-    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return fn(self._conn())
-
-    def inline(self, fn: Callable[[sqlite3.Connection], T], *, where: str = "") -> T | None:
-        """``fn`` run at once on the calling thread (the event loop's), on a connection of its
-        own that never waits for a lock: None when SQLite answers busy, and the caller goes to
-        the pool (``run``) instead. For small reads only — an indexed read of a few rows takes
-        less than the hop to the pool and back (``tests/benchmarks/bench_store.py``, ``read``);
-        a WAL reader is busy only while another connection recovers the WAL."""
-        conn = self._inline
-        if conn is None:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA busy_timeout = 0")
-            conn.execute("PRAGMA query_only = ON")
-            self._inline = conn
+    def _run(self, sql: str, params: Any) -> sa.CursorResult[Any]:
+        text = _TEXTS.get(sql)
+        if text is None:
+            text = _TEXTS[sql] = sa.text(sql)
         try:
-            return fn(conn)
-        except sqlite3.OperationalError as err:
-            if err.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-                return None
-            raise translate(err, where=where) from err
-        except sqlite3.Error as err:
-            raise translate(err, where=where) from err
+            return self.conn.execute(text, params)
+        except exc.DBAPIError as err:
+            if getattr(err.orig, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+                raise LockTimeout(str(err.orig)) from None
+            raise
 
-    async def run(self, fn: Callable[[sqlite3.Connection], T], *, where: str = "") -> T:
-        loop = asyncio.get_running_loop()
+    def execute(self, sql: str, params: Params = None) -> int:
+        return int(self._run(sql, params or {}).rowcount)
+
+    def executemany(self, sql: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        if rows:
+            self._run(sql, list(rows))
+
+    def fetchone(self, sql: str, params: Params = None) -> Row | None:
+        return self._run(sql, params or {}).first()
+
+    def fetchall(self, sql: str, params: Params = None) -> list[Row]:
+        return list(self._run(sql, params or {}).all())
+
+    def time(self, when: datetime) -> Any:
+        return when if self.postgres else sqlite_time(when)
+
+    def guarded(self, sql: str, params: Params = None) -> bool:
         try:
-            return await loop.run_in_executor(self._pool, self._call, fn)
-        except sqlite3.Error as err:
-            raise translate(err, where=where) from err
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
-        with self._lock:
-            for conn in self._conns:
-                conn.close()
-            self._conns.clear()
-        if self._inline is not None:
-            self._inline.close()
-            self._inline = None
+            with self.conn.begin_nested():
+                self._run(sql, params or {})
+        except exc.DBAPIError:
+            return False
+        return True
 
 
-class WriteQueue:
-    """A queue in front of SQLite's one write lock, shared by every writer of the file.
-
-    SQLite's busy handler does not queue waiters: a process that finds the write lock taken
-    sleeps and retries, its sleeps growing to 100 ms each, while the holder — committing every
-    few ms — releases and retakes the lock in between. Under steady writes from several
-    processes a waiter can lose every race for seconds (``tests/benchmarks/bench_multiproc.py``:
-    appends stalled 1-2 s while the median was 2 ms). An exclusive ``flock`` on a sidecar file
-    (``<db>-writer``), taken before ``BEGIN IMMEDIATE`` and dropped after the commit, makes the
-    waiters sleep in the kernel, which wakes them when it is released: the wait of one write is
-    bounded by the writes ahead of it. The file lock is only a queue: SQLite's own lock stays
-    the mutual exclusion, so a writer that does not queue (the ``sqlite3`` shell) is excluded
-    as before, through the busy timeout. Where the sidecar cannot be opened or locked (a
-    directory the store may not write to) writes go straight to SQLite's lock."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path.with_name(path.name + "-writer")
-        self._fd: int | None = None
-        self._unusable = False
-
-    def file(self) -> int | None:
-        """The queue's file (its lock is the queue), None when it cannot be used."""
-        if self._fd is None and not self._unusable:
-            try:
-                self._fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
-            except OSError:
-                self._unusable = True
-        return self._fd
-
-    @contextlib.asynccontextmanager
-    async def turn(self, *, where: str = "") -> AsyncIterator[None]:
-        """Hold the head of the queue for one write transaction."""
-        fd = self.file()
-        if fd is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                await _wait_for_flock(fd, BUSY_TIMEOUT_MS / 1000, what=self.held_too_long(where))
-            except OSError:  # no locks on this file system: SQLite's lock alone
-                self._unusable, fd = True, None
-        try:
-            yield
-        finally:
-            if fd is not None:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-
-    def held_too_long(self, where: str, timeout: float | None = None) -> str:
-        prefix = f"{where}: " if where else ""
-        what = f"{prefix}database is locked: another writer has held {self.path}"
-        return what if timeout is None else f"{what} for {timeout:g} s"
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-async def _wait_for_flock(fd: int, timeout: float, *, what: str) -> None:
-    """Wait for the lock in a daemon thread (blocked in the kernel, woken on release), at most
-    ``timeout`` s. A wait given up (timeout, cancellation) unlocks as soon as the thread gets the
-    lock; the thread works on a duplicate of ``fd``, so closing the store meanwhile is safe."""
-    loop = asyncio.get_running_loop()
-    got: asyncio.Future[None] = loop.create_future()
-    guard = threading.Lock()
-    state = {"acquired": False, "abandoned": False}
-    own = os.dup(fd)  # the same open file description: its lock is ``fd``'s
-
-    def block() -> None:
-        try:
-            fcntl.flock(own, fcntl.LOCK_EX)
-            with guard:
-                if state["abandoned"]:
-                    fcntl.flock(own, fcntl.LOCK_UN)
-                else:
-                    state["acquired"] = True
-                    loop.call_soon_threadsafe(_settle, got)
-        finally:
-            os.close(own)
-
-    threading.Thread(target=block, name="tl-write-queue", daemon=True).start()
-    try:
-        await asyncio.wait_for(asyncio.shield(got), timeout)
-    except BaseException as err:
-        with guard:
-            if state["acquired"]:
-                if isinstance(err, TimeoutError):
-                    return  # it came just as the clock ran out: take it
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            state["abandoned"] = True
-        if isinstance(err, TimeoutError):
-            raise DatabaseError(f"{what} for {timeout:g} s") from None
-        raise
-
-
-def _settle(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
+_TEXTS: dict[str, sa.TextClause] = {}
+LOCK_NOT_AVAILABLE = "55P03"
 
 
 class Database:
-    """Engines for one database. ``write`` runs a function in a write transaction, ``read`` in a
-    read transaction; both translate driver errors."""
+    """One database, and the one choice of how its statements run, made here when it opens
+    (as an HTTP client chooses its transport once): a SQLite file runs every statement on plain
+    ``sqlite3`` (``store._sqlite``: the writer thread, the reader pool), anything else through
+    SQLAlchemy's ``run_sync``. ``write`` runs a statement function in a write transaction,
+    ``read`` in a read; both translate driver errors (``translate``)."""
 
     def __init__(self, url: str, *, create_dirs: bool = False, synchronous: str = "FULL") -> None:
         self.url = sa.make_url(database_url(url))
@@ -339,9 +218,9 @@ class Database:
                 " use a file path, sqlite+aiosqlite:///… or postgresql+asyncpg://…"
             )
         self.path: Path | None = None
-        self.raw: RawSqliteReader | None = None
+        self.raw: ReaderPool | None = None
         self.queue: WriteQueue | None = None
-        self.appender: RawWriter | None = None
+        self.appender: WriterThread | None = None
         if self.dialect == "sqlite":
             self.path = _sqlite_path(self.url)
             if self.path is None and self.url.database in (None, "", ":memory:"):
@@ -352,7 +231,7 @@ class Database:
                 )
             if self.path is not None:
                 prepare_sqlite_file(self.path, create_dirs=create_dirs)
-                self.raw = RawSqliteReader(self.path)
+                self.raw = ReaderPool(self.path)
                 self.queue = WriteQueue(self.path)
                 self.appender = _raw_writer(self.path, synchronous)
             self.writer = create_async_engine(self.url, pool_size=1, max_overflow=0)
@@ -395,64 +274,64 @@ class Database:
             return str(self.path)
         return self.url.render_as_string(hide_password=True)
 
-    async def write(self, fn: Callable[[AsyncConnection], Awaitable[T]], *, where: str = "") -> T:
+    async def write(self, fn: Callable[[Tx], T], *, where: str = "") -> T:
+        """``fn(tx)`` in one write transaction: on a SQLite file, on the writer thread in this
+        process's turn of the writer queue (``BEGIN IMMEDIATE``); else through SQLAlchemy."""
         try:
-            async with self.write_turn(where), self.writer.begin() as conn:
-                if self.dialect == "postgresql":
-                    # one writer per process is enforced in Store; across processes row locks
-                    # (SELECT … FOR UPDATE) serialise writers of the same thread
-                    pass
-                result = await fn(conn)
-        except (exc.SQLAlchemyError, OSError) as err:
+            if self.appender is not None:
+                fd = self.queue.file() if self.queue is not None else None
+                try:
+                    return await self.appender.run(
+                        fn, queue_fd=fd, queue_timeout_s=BUSY_TIMEOUT_MS / 1000
+                    )
+                except QueueTimeout as err:
+                    assert self.queue is not None
+                    raise DatabaseError(self.queue.held_too_long(where, err.args[0])) from None
+            async with self.writer.begin() as conn:
+                return await conn.run_sync(lambda c: fn(SaTx(c)))
+        except (exc.SQLAlchemyError, sqlite3.Error, OSError) as err:
             raise translate(err, where=where) from err
-        return result
 
-    async def write_sqlite(
+    async def read(
         self,
-        fn: Callable[[sqlite3.Connection], T],
+        fn: Callable[[Tx], T],
         *,
         where: str = "",
+        inline: bool | Callable[[Tx], T] = False,
     ) -> T:
-        """``write`` on the raw ``sqlite3`` writer of a SQLite file (``appender``, see
-        ``store._rawwrite``): ``fn`` gets a ``sqlite3`` connection in ``BEGIN IMMEDIATE``, in
-        this process's turn of the writer queue like every other write."""
-        if self.appender is None:
-            raise DatabaseError(f"{where}: no raw sqlite3 writer on {self.display}")
-        fd = self.queue.file() if self.queue is not None else None
-        timeout = BUSY_TIMEOUT_MS / 1000
+        """``fn(tx)`` in a read: on a SQLite file on the reader pool — or, ``inline``, at once
+        on the event loop's thread unless SQLite is busy or it raises ``Later`` (small reads:
+        the hop costs more than they do; ``inline`` may be a function of its own for that, one
+        that gives way to the pool when the read turns out large); else in a SQLAlchemy read
+        transaction."""
         try:
-            return await self.appender.run(fn, queue_fd=fd, queue_timeout_s=timeout)
-        except QueueTimeout:
-            assert self.queue is not None
-            raise DatabaseError(self.queue.held_too_long(where, timeout)) from None
-        except (sqlite3.Error, OSError) as err:
+            if self.raw is not None:
+                first = fn if inline is True else inline or None
+                done = self.raw.inline(first) if first is not None else None
+                return done[0] if done is not None else await self.raw.run(fn)
+            async with self.reader.connect() as conn, conn.begin():
+                return await conn.run_sync(lambda c: fn(SaTx(c)))
+        except (exc.SQLAlchemyError, sqlite3.Error, OSError) as err:
             raise translate(err, where=where) from err
 
-    def write_turn(self, where: str) -> contextlib.AbstractAsyncContextManager[None]:
-        """This writer's turn in the queue of a SQLite file (``WriteQueue``); a no-op elsewhere.
-        Every SQLite write transaction of the process runs inside one, whichever connection it
-        uses (``write`` and ``migrate`` take it themselves): a writer that skips the queue
-        barges past the processes waiting in it."""
+    def write_turn(self, where: str = "") -> contextlib.AbstractAsyncContextManager[None]:
+        """This process's turn in the writer queue of a SQLite file (``WriteQueue``), for the
+        one write that does not run on the writer thread: a migration (Alembic needs
+        SQLAlchemy's connection). A no-op elsewhere."""
         if self.queue is None:
             return contextlib.nullcontext()
-        return self.queue.turn(where=where)
-
-    async def read(self, fn: Callable[[AsyncConnection], Awaitable[T]], *, where: str = "") -> T:
-        try:
-            async with self.reader.connect() as conn, conn.begin():
-                return await fn(conn)
-        except (exc.SQLAlchemyError, OSError) as err:
-            raise translate(err, where=where) from err
+        return flocked(self.queue.path)
 
     async def migrate(self) -> str | None:
         """Upgrade the schema to head. Returns the revision found before, or None when the
         database was already at head. Safe when several processes open a fresh database at once:
         SQLite serialises on ``BEGIN IMMEDIATE``, PostgreSQL on an advisory lock, and the version
         is read again under that lock."""
+        where = f"migrating {self.display}"
+        if await self.read(_revision, where=where, inline=True) == SCHEMA_HEAD:
+            return None
         try:
-            if await self._current_revision() == SCHEMA_HEAD:
-                return None
-            async with self.write_turn("migrating"), self.writer.begin() as conn:
+            async with self.write_turn(where), self.writer.begin() as conn:
                 if self.dialect == "postgresql":
                     await conn.execute(
                         sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK_KEY}
@@ -460,21 +339,7 @@ class Database:
                 before: str | None = await conn.run_sync(_upgrade_to_head)
             return before
         except (exc.SQLAlchemyError, OSError) as err:
-            raise translate(err, where=f"migrating {self.display}") from err
-
-    async def _current_revision(self) -> str | None:
-        if self.raw is not None:
-            # a SQLite file: a plain sqlite3 read (opening a store then connects no engine;
-            # a job that writes and reads through sqlite3 never does)
-            found = self.raw.inline(_sqlite_revision, where=f"migrating {self.display}")
-            if found is not None:
-                return found[0]
-        async with self.reader.connect() as conn, conn.begin():
-            has = await conn.run_sync(lambda c: sa.inspect(c).has_table("alembic_version"))
-            if not has:
-                return None
-            row = (await conn.execute(sa.text("SELECT version_num FROM alembic_version"))).first()
-            return None if row is None else str(row[0])
+            raise translate(err, where=where) from err
 
     async def dispose(self) -> None:
         if self.raw is not None:
@@ -488,22 +353,43 @@ class Database:
             await self.reader.dispose()
 
 
-def _sqlite_revision(conn: sqlite3.Connection) -> tuple[str | None]:
-    """The schema's revision (None: not migrated yet), in a tuple (``inline`` answers None
-    when the database is busy)."""
-    try:
-        # every row read: no statement left open holding a read snapshot on this connection
-        rows = conn.execute("SELECT version_num FROM alembic_version").fetchall()
-    except sqlite3.OperationalError as err:
-        if "no such table" not in str(err):
-            raise
-        return (None,)
-    return (str(rows[0][0]) if rows else None,)
+def _revision(tx: Tx) -> str | None:
+    """The schema's revision (None: not migrated yet)."""
+    if tx.postgres:
+        found = tx.fetchone("SELECT to_regclass('alembic_version') IS NOT NULL")
+        if not (found and found[0]):
+            return None
+    elif not tx.fetchall(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+    ):
+        return None
+    rows = tx.fetchall("SELECT version_num FROM alembic_version")
+    return str(rows[0][0]) if rows else None
 
 
-def _raw_writer(path: Path, synchronous: str) -> RawWriter:
+@contextlib.asynccontextmanager
+async def flocked(path: Path) -> AsyncIterator[None]:
+    """An exclusive ``flock`` on ``path`` (created 0600) for the block, waited for in a thread:
+    the kernel wakes the waiter on release, and the lock goes with the process if it dies."""
     try:
-        return RawWriter(path, busy_timeout_ms=BUSY_TIMEOUT_MS, synchronous=synchronous)
+        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    except OSError as err:
+        raise translate(err, where=f"locking {path}") from err
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            # shielded: a waiter cancelled meanwhile still ends its thread's flock, and closing
+            # ``fd`` below then drops whatever that thread got
+            await asyncio.shield(asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX))
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _raw_writer(path: Path, synchronous: str) -> WriterThread:
+    try:
+        return WriterThread(path, busy_timeout_ms=BUSY_TIMEOUT_MS, synchronous=synchronous)
     except sqlite3.Error as err:
         raise translate(err, where=f"opening {path}") from err
 

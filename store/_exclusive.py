@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import hashlib
-import os
 from collections.abc import AsyncIterator
 
 import sqlalchemy as sa
 from sqlalchemy import exc
 
-from ._engine import Database, translate
+from ._engine import Database, flocked, translate
 
 _LOCAL: dict[str, asyncio.Lock] = {}
 
@@ -48,18 +46,5 @@ async def exclusive(db: Database, name: str) -> AsyncIterator[None]:
         async with _LOCAL.setdefault(name, asyncio.Lock()):
             yield
         return
-    path = db.path.with_name(f"{db.path.name}-{name}.lock")
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
-    except OSError as err:
-        raise translate(err, where=where) from err
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            # shielded: a waiter cancelled meanwhile still ends its thread's flock, and closing
-            # ``fd`` below then drops whatever that thread got
-            await asyncio.shield(asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX))
+    async with flocked(db.path.with_name(f"{db.path.name}-{name}.lock")):
         yield
-    finally:
-        os.close(fd)  # releases the lock

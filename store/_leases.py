@@ -5,31 +5,22 @@ stops; appends and status writes given a ``lease_owner`` are refused (``LeaseLos
 gone. ``hold`` does all of that around a block of code: the renewing runs in the background, and
 a lease lost meanwhile (another runner took the thread over) cancels the holder at once — the
 block ends with ``LeaseLost`` — so it writes nothing more.
-
-On a SQLite file these writes (and a run's last one, ``finish_sqlite``) run on the raw
-``sqlite3`` writer (``write_raw``, ``store._rawwrite``): the same statements, checks and errors,
-a thread hop per transaction instead of SQLAlchemy's per statement (a run's fixed cost).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
 import structlog
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.ext.asyncio import AsyncConnection
 
-from . import _threads
-from ._engine import finish_uncancelled, utcnow
+from . import _dispatches, _threads
+from ._engine import finish_uncancelled
 from ._liveness import owner_is_dead
-from ._messages import sqlite_time
-from ._tables import threads
+from ._sqlite import LockTimeout, Tx, utcnow
 from .errors import LeaseHeld, LeaseLost
 from .models import Result, Status, ThreadInfo
 from .refs import format_ref
@@ -39,13 +30,15 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("store.leases")
 
-T = TypeVar("T")
-
 LOCK_WAIT_S = 2.0
 """How long taking a lease waits for the thread's row on PostgreSQL (``_lock_row``)."""
-LOCK_NOT_AVAILABLE = "55P03"
 STALLED_S = 10.0
-"""A write transaction silent this long is a stalled writer's (``_end_stalled``)."""
+"""A write transaction silent this long is a stalled writer's (``end_stalled``)."""
+
+_RELEASE = (
+    "UPDATE threads SET lease_owner = NULL, lease_expires_at = NULL"
+    " WHERE id = :id AND lease_owner = :owner"
+)
 
 
 class Lease:
@@ -65,8 +58,8 @@ class Lease:
         self.released = False
 
 
-async def _acquire(
-    conn: AsyncConnection,
+def acquire(
+    tx: Tx,
     thread_id: str,
     owner: str,
     *,
@@ -75,34 +68,24 @@ async def _acquire(
     start: Status | None = None,
     expected: set[Status] | None = None,
 ) -> None:
-    now = await _lock_row(conn, thread_id)
-    res = await conn.execute(
-        threads.update()
-        .where(
-            threads.c.id == thread_id,
-            sa.or_(
-                threads.c.lease_owner.is_(None),
-                threads.c.lease_owner == owner,
-                threads.c.lease_owner == (replace or owner),
-                threads.c.lease_expires_at < now,
-            ),
-        )
-        .values(lease_owner=owner, lease_expires_at=now + timedelta(seconds=ttl_s))
+    """``Leases.acquire`` inside its transaction."""
+    now = _lock_row(tx, thread_id)
+    taken = tx.execute(
+        "UPDATE threads SET lease_owner = :owner, lease_expires_at = :expires WHERE id = :id"
+        " AND (lease_owner IS NULL OR lease_owner = :owner OR lease_owner = :replace"
+        " OR lease_expires_at < :now)",
+        {
+            "owner": owner,
+            "expires": tx.time(now + timedelta(seconds=ttl_s)),
+            "id": thread_id,
+            "replace": replace or owner,
+            "now": tx.time(now),
+        },
     )
-    if res.rowcount == 1:
-        if start is not None:  # the run's first status, in the lease's own transaction
-            await _threads.set_status(
-                conn,
-                thread_id,
-                start,
-                now=now,
-                error=None,
-                result=None,
-                expected=expected,
-                lease_owner=owner,
-            )
-        return
-    raise _held(await _threads.get(conn, thread_id))
+    if taken != 1:
+        raise _held(_threads.get(tx, thread_id))
+    if start is not None:  # the run's first status, in the lease's own transaction
+        _threads.set_status(tx, thread_id, start, now=now, expected=expected, lease_owner=owner)
 
 
 def _held(info: ThreadInfo) -> LeaseHeld:
@@ -113,7 +96,7 @@ def _held(info: ThreadInfo) -> LeaseHeld:
     )
 
 
-async def _lock_row(conn: AsyncConnection, thread_id: str) -> datetime:
+def _lock_row(tx: Tx, thread_id: str) -> datetime:
     """Lock the thread's row for this transaction and return the time it was got: a lease runs
     from when it is taken, not from when it was asked for. (A taker that waited on the row and
     dated its lease from before the wait was born expired: its own first append was refused,
@@ -123,15 +106,11 @@ async def _lock_row(conn: AsyncConnection, thread_id: str) -> datetime:
     every write waits behind this one — so the taker gives way with ``LeaseHeld`` (owner
     ``None``: try again shortly). On SQLite the transaction's ``BEGIN IMMEDIATE`` already holds
     the database."""
-    if conn.dialect.name == "postgresql":
-        await conn.execute(sa.text(f"SET LOCAL lock_timeout = {int(LOCK_WAIT_S * 1000)}"))
+    if tx.postgres:
+        tx.execute(f"SET LOCAL lock_timeout = {int(LOCK_WAIT_S * 1000)}")
         try:
-            await conn.execute(
-                sa.select(threads.c.id).where(threads.c.id == thread_id).with_for_update()
-            )
-        except sa_exc.DBAPIError as err:
-            if getattr(err.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
-                raise
+            tx.fetchone("SELECT id FROM threads WHERE id = :id FOR UPDATE", {"id": thread_id})
+        except LockTimeout:
             raise _RowLocked(
                 f"{format_ref(thread_id)}: its row stayed locked by another writer's open"
                 f" transaction for {LOCK_WAIT_S:g} s (a host frozen mid-write?); try again",
@@ -144,7 +123,7 @@ class _RowLocked(LeaseHeld):
     """``_lock_row`` gave way: nobody holds the lease, a writer holds the row."""
 
 
-async def _end_stalled(conn: AsyncConnection) -> list[int]:
+def end_stalled(tx: Tx) -> list[int]:
     """End the sessions of this database that hold a write transaction (with a lock on the
     threads table) open while waiting on their client for more than ``STALLED_S`` (a host
     frozen or cut off mid-write: its row locks would stay until it came back). PostgreSQL's
@@ -152,155 +131,46 @@ async def _end_stalled(conn: AsyncConnection) -> list[int]:
     of one statement (the session is then ``active``, reading from the client); no
     transaction of ours waits on its client that long.
     Ending a session needs the same role (or ``pg_signal_backend``); without it, nothing."""
-    found = await conn.execute(
-        sa.text(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-            " AND pid <> pg_backend_pid() AND backend_xid IS NOT NULL"
-            " AND wait_event = 'ClientRead' AND state_change < now() - make_interval(secs => :s)"
-            # only a writer of ours: one holding a lock on the threads table itself
-            " AND pid IN (SELECT l.pid FROM pg_locks l WHERE l.granted"
-            " AND l.relation = to_regclass('threads'))"
-        ),
+    found = tx.fetchall(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        " AND pid <> pg_backend_pid() AND backend_xid IS NOT NULL"
+        " AND wait_event = 'ClientRead' AND state_change < now() - make_interval(secs => :s)"
+        # only a writer of ours: one holding a lock on the threads table itself
+        " AND pid IN (SELECT l.pid FROM pg_locks l WHERE l.granted"
+        " AND l.relation = to_regclass('threads'))",
         {"s": STALLED_S},
     )
-    ended = []
-    for (pid,) in found:
-        with contextlib.suppress(sa_exc.DBAPIError):
-            async with conn.begin_nested():
-                await conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid})
-                ended.append(int(pid))
-    return ended
+    pids = [int(pid) for (pid,) in found]
+    return [p for p in pids if tx.guarded("SELECT pg_terminate_backend(:p)", {"p": p})]
 
 
-async def _renew(conn: AsyncConnection, thread_id: str, owner: str, ttl_s: float) -> bool:
+def renew(tx: Tx, thread_id: str, owner: str, ttl_s: float) -> bool:
     # dated inside the transaction, after any wait for this process's writer
-    expires = utcnow() + timedelta(seconds=ttl_s)
-    res = await conn.execute(
-        threads.update()
-        .where(threads.c.id == thread_id, threads.c.lease_owner == owner)
-        .values(lease_expires_at=expires)
-    )
-    return bool(res.rowcount == 1)
-
-
-async def _release(conn: AsyncConnection, thread_id: str, owner: str) -> None:
-    await conn.execute(
-        threads.update()
-        .where(threads.c.id == thread_id, threads.c.lease_owner == owner)
-        .values(lease_owner=None, lease_expires_at=None)
+    expires = tx.time(utcnow() + timedelta(seconds=ttl_s))
+    return (
+        tx.execute(
+            "UPDATE threads SET lease_expires_at = :expires"
+            " WHERE id = :id AND lease_owner = :owner",
+            {"expires": expires, "id": thread_id, "owner": owner},
+        )
+        == 1
     )
 
 
-async def _abandon(conn: AsyncConnection, thread_id: str, owner: str, now: datetime) -> None:
+def release(tx: Tx, thread_id: str, owner: str) -> bool:
+    return tx.execute(_RELEASE, {"id": thread_id, "owner": owner}) == 1
+
+
+def abandon(tx: Tx, thread_id: str, owner: str, now: datetime) -> None:
     """Give up a lease whose holder stopped without writing its run's end (it was stopped
     before it began, or an error escaped the run): a thread it had moved to ``running`` is left
     ``interrupted``."""
-    res = await conn.execute(
-        threads.update()
-        .where(threads.c.id == thread_id, threads.c.lease_owner == owner)
-        .values(lease_owner=None, lease_expires_at=None)
-    )
-    if res.rowcount == 1 and (await _threads.get(conn, thread_id)).status == Status.RUNNING:
-        await _threads.set_status(
-            conn,
-            thread_id,
-            Status.INTERRUPTED,
-            now=now,
-            error="interrupted",
-            result=None,
-            expected=None,
-            lease_owner=None,
-        )
+    if release(tx, thread_id, owner) and _threads.get(tx, thread_id).status == Status.RUNNING:
+        _threads.set_status(tx, thread_id, Status.INTERRUPTED, now=now, error="interrupted")
 
 
-async def write_raw(
-    writer: Writer,
-    fn: Callable[[sqlite3.Connection], T],
-    *,
-    where: str,
-    terminal: bool = False,
-) -> T:
-    """``Writer.run`` (``terminal``: ``Writer.terminal``) of ``fn`` on the raw ``sqlite3``
-    writer of a SQLite file (``Database.write_sqlite``): serialised with every other write of
-    the process on the writer's lock, finished even if the caller is cancelled once begun, and
-    committed — on disk — when the await returns."""
-
-    async def run() -> T:
-        async with writer.lock:
-            return await finish_uncancelled(writer.db.write_sqlite(fn, where=where))
-
-    return await (finish_uncancelled(run()) if terminal else run())
-
-
-_TAKE_SQLITE = (
-    "UPDATE threads SET lease_owner = ?, lease_expires_at = ? WHERE id = ? AND"
-    " (lease_owner IS NULL OR lease_owner = ? OR lease_owner = ? OR lease_expires_at < ?)"
-)
-_RENEW_SQLITE = "UPDATE threads SET lease_expires_at = ? WHERE id = ? AND lease_owner = ?"
-_RELEASE_SQLITE = (
-    "UPDATE threads SET lease_owner = NULL, lease_expires_at = NULL"
-    " WHERE id = ? AND lease_owner = ?"
-)
-_DISPATCH_STATUS_SQLITE = "UPDATE dispatches SET status = ?, updated_at = ? WHERE worker_id = ?"
-
-
-def _acquire_sqlite(
-    conn: sqlite3.Connection,
-    thread_id: str,
-    owner: str,
-    *,
-    ttl_s: float,
-    replace: str | None,
-    start: Status | None,
-    expected: set[Status] | None = None,
-) -> None:
-    """``_acquire`` on the raw writer's connection (its ``BEGIN IMMEDIATE`` holds the
-    database, so the lease runs from now)."""
-    now = utcnow()
-    expires = sqlite_time(now + timedelta(seconds=ttl_s))
-    args = (owner, expires, thread_id, owner, replace or owner, sqlite_time(now))
-    if conn.execute(_TAKE_SQLITE, args).rowcount == 1:
-        if start is not None:
-            _threads.set_status_sqlite(
-                conn,
-                thread_id,
-                start,
-                now=now,
-                error=None,
-                result=None,
-                expected=expected,
-                lease_owner=owner,
-            )
-        return
-    raise _held(_threads.get_sqlite(conn, thread_id))
-
-
-def _renew_sqlite(conn: sqlite3.Connection, thread_id: str, owner: str, ttl_s: float) -> bool:
-    expires = sqlite_time(utcnow() + timedelta(seconds=ttl_s))
-    return bool(conn.execute(_RENEW_SQLITE, (expires, thread_id, owner)).rowcount == 1)
-
-
-def _release_sqlite(conn: sqlite3.Connection, thread_id: str, owner: str) -> None:
-    conn.execute(_RELEASE_SQLITE, (thread_id, owner))
-
-
-def _abandon_sqlite(conn: sqlite3.Connection, thread_id: str, owner: str, now: datetime) -> None:
-    released = conn.execute(_RELEASE_SQLITE, (thread_id, owner)).rowcount == 1
-    if released and _threads.get_sqlite(conn, thread_id).status == Status.RUNNING:
-        _threads.set_status_sqlite(
-            conn,
-            thread_id,
-            Status.INTERRUPTED,
-            now=now,
-            error="interrupted",
-            result=None,
-            expected=None,
-            lease_owner=None,
-        )
-
-
-def finish_sqlite(
-    conn: sqlite3.Connection,
+def finish(
+    tx: Tx,
     thread_id: str,
     owner: str,
     status: Status,
@@ -309,20 +179,13 @@ def finish_sqlite(
     error: str | None,
     result: Result | None,
 ) -> ThreadInfo:
-    """``Store.finish``'s transaction on the raw writer's connection: the terminal status under
-    the lease (``LeaseLost`` writes nothing), the lease released, the dispatch row marked."""
-    info = _threads.set_status_sqlite(
-        conn,
-        thread_id,
-        status,
-        now=now,
-        error=error,
-        result=result,
-        expected=None,
-        lease_owner=owner,
+    """``Store.finish``'s transaction: the terminal status under the lease (``LeaseLost``
+    writes nothing), the lease released, the dispatch row marked."""
+    info = _threads.set_status(
+        tx, thread_id, status, now=now, error=error, result=result, lease_owner=owner
     )
-    _release_sqlite(conn, thread_id, owner)
-    conn.execute(_DISPATCH_STATUS_SQLITE, (str(status), sqlite_time(now), thread_id))
+    release(tx, thread_id, owner)
+    _dispatches.set_status(tx, thread_id, str(status), now)
     return info
 
 
@@ -348,31 +211,15 @@ class Leases:
         the thread to that status in the same transaction (``StatusError`` takes nothing), and
         only from one of the ``expected`` statuses when given."""
 
-        if self._writer.db.appender is not None:
-            await write_raw(
-                self._writer,
-                lambda c: _acquire_sqlite(
-                    c,
-                    thread_id,
-                    owner,
-                    ttl_s=ttl_s,
-                    replace=replace,
-                    start=start,
-                    expected=expected,
-                ),
-                where="acquiring a lease",
-            )
-            return
-
-        def take(c: AsyncConnection) -> Awaitable[None]:
-            return _acquire(
-                c, thread_id, owner, ttl_s=ttl_s, replace=replace, start=start, expected=expected
+        def take(tx: Tx) -> None:
+            acquire(
+                tx, thread_id, owner, ttl_s=ttl_s, replace=replace, start=start, expected=expected
             )
 
         try:
             await self._writer.run(take, where="acquiring a lease")
         except _RowLocked:
-            ended = await self._writer.run(_end_stalled, where="ending stalled writers")
+            ended = await self._writer.run(end_stalled, where="ending stalled writers")
             if not ended:
                 raise
             log.warning("lease.stalled_writers_ended", thread=format_ref(thread_id), pids=ended)
@@ -380,35 +227,26 @@ class Leases:
 
     async def renew(self, thread_id: str, owner: str, *, ttl_s: float = 60.0) -> bool:
         """Extend the lease; False when ``owner`` no longer holds it."""
-        if self._writer.db.appender is not None:
-            return await write_raw(
-                self._writer,
-                lambda c: _renew_sqlite(c, thread_id, owner, ttl_s),
-                where="renewing a lease",
-            )
         return await self._writer.run(
-            lambda c: _renew(c, thread_id, owner, ttl_s), where="renewing a lease"
+            lambda tx: renew(tx, thread_id, owner, ttl_s), where="renewing a lease"
         )
 
     async def release(self, thread_id: str, owner: str) -> None:
         """Give the lease up; a no-op unless ``owner`` holds it."""
-        if self._writer.db.appender is not None:
-            await write_raw(
-                self._writer,
-                lambda c: _release_sqlite(c, thread_id, owner),
-                where="releasing a lease",
-            )
-            return
-        await self._writer.run(lambda c: _release(c, thread_id, owner), where="releasing a lease")
+        await self._writer.run(lambda tx: release(tx, thread_id, owner), where="releasing a lease")
 
     async def stale(self) -> list[ThreadInfo]:
         """Threads whose runner's lease expired without being released (the runner died)."""
-        q = sa.select(*_threads.THREAD_COLUMNS).where(
-            threads.c.lease_owner.is_not(None), threads.c.lease_expires_at < utcnow()
-        )
-        return await self._writer.db.read(
-            lambda c: _threads.rows(c, q), where="finding stale leases"
-        )
+        now = utcnow()
+
+        def fn(tx: Tx) -> list[ThreadInfo]:
+            rows = tx.fetchall(
+                _threads.SELECT + " WHERE lease_owner IS NOT NULL AND lease_expires_at < :now",
+                {"now": tx.time(now)},
+            )
+            return [_threads.thread_from_row(r) for r in rows]
+
+        return await self._writer.db.read(fn, where="finding stale leases")
 
     @contextlib.asynccontextmanager
     async def hold(
@@ -470,15 +308,8 @@ class Leases:
 
     async def _abandon(self, thread_id: str, owner: str) -> None:
         now = utcnow()
-        if self._writer.db.appender is not None:
-            await write_raw(
-                self._writer,
-                lambda c: _abandon_sqlite(c, thread_id, owner, now),
-                where="releasing a lease",
-            )
-            return
         await self._writer.run(
-            lambda c: _abandon(c, thread_id, owner, now), where="releasing a lease"
+            lambda tx: abandon(tx, thread_id, owner, now), where="releasing a lease"
         )
 
     async def _take(

@@ -7,17 +7,11 @@ Most rows are written by ``Store.append`` in the transaction of the messages the
 
 from __future__ import annotations
 
-import functools
-import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from ._engine import utcnow
-from ._tables import threads, usage
+from ._sqlite import Tx, utcnow
 from .models import Usage, UsageRecord
 
 if TYPE_CHECKING:
@@ -32,7 +26,17 @@ class UsageTotal:
     responses: int
 
 
-def usage_row(thread_id: str, seq: int | None, rec: UsageRecord, now: datetime) -> dict[str, Any]:
+INSERT_USAGE = (
+    "INSERT INTO usage (thread_id, seq, model, input_tokens, output_tokens,"
+    " cache_read_input_tokens, cache_creation_input_tokens, cost_usd, created_at) VALUES"
+    " (:thread_id, :seq, :model, :input_tokens, :output_tokens, :cache_read_input_tokens,"
+    " :cache_creation_input_tokens, :cost_usd, :created_at)"
+)
+
+
+def usage_row(
+    tx: Tx, thread_id: str, seq: int | None, rec: UsageRecord, now: datetime
+) -> dict[str, Any]:
     u = rec.usage
     return {
         "thread_id": thread_id,
@@ -43,68 +47,43 @@ def usage_row(thread_id: str, seq: int | None, rec: UsageRecord, now: datetime) 
         "cache_read_input_tokens": u.cache_read_input_tokens,
         "cache_creation_input_tokens": u.cache_creation_input_tokens,
         "cost_usd": rec.cost_usd,
-        "created_at": now,
+        "created_at": tx.time(now),
     }
 
 
-def totals_query(*, thread_id: str | None, job_id: str | None) -> sa.Select[Any]:
-    cols = [
-        usage.c.thread_id,
-        sa.func.coalesce(sa.func.sum(usage.c.input_tokens), 0),
-        sa.func.coalesce(sa.func.sum(usage.c.output_tokens), 0),
-        sa.func.coalesce(sa.func.sum(usage.c.cache_read_input_tokens), 0),
-        sa.func.coalesce(sa.func.sum(usage.c.cache_creation_input_tokens), 0),
-        sa.func.coalesce(sa.func.sum(usage.c.cost_usd), 0.0),
-        sa.func.count(),
-    ]
-    q = sa.select(*cols).group_by(usage.c.thread_id).order_by(usage.c.thread_id)
-    if thread_id is not None:
-        q = q.where(usage.c.thread_id == thread_id)
+def totals(tx: Tx, *, thread_id: str | None, job_id: str | None) -> list[tuple[Any, ...]]:
+    """Usage summed per thread, ``(thread_id, input, output, cache read, cache creation, cost,
+    responses)`` by thread id: of one thread, of every thread of a job, or of every thread."""
+    sql = (
+        "SELECT usage.thread_id, coalesce(sum(usage.input_tokens), 0),"
+        " coalesce(sum(usage.output_tokens), 0), coalesce(sum(usage.cache_read_input_tokens), 0),"
+        " coalesce(sum(usage.cache_creation_input_tokens), 0), coalesce(sum(usage.cost_usd), 0.0),"
+        " count(*) FROM usage"
+    )
+    where = []
     if job_id is not None:
-        q = q.join(threads, threads.c.id == usage.c.thread_id).where(threads.c.job_id == job_id)
-    return q
-
-
-async def _totals(conn: AsyncConnection, q: sa.Select[Any]) -> list[UsageTotal]:
+        sql += " JOIN threads ON threads.id = usage.thread_id"
+        where.append("threads.job_id = :job")
+    if thread_id is not None:
+        where.append("usage.thread_id = :thread")
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " GROUP BY usage.thread_id ORDER BY usage.thread_id"
+    rows = tx.fetchall(sql, {"job": job_id, "thread": thread_id})
     return [
-        UsageTotal(
-            thread_id=r[0],
-            usage=Usage(
-                input_tokens=int(r[1]),
-                output_tokens=int(r[2]),
-                cache_read_input_tokens=int(r[3]),
-                cache_creation_input_tokens=int(r[4]),
-            ),
-            cost_usd=float(r[5]),
-            responses=int(r[6]),
-        )
-        for r in await conn.execute(q)
+        (r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), float(r[5]), int(r[6])) for r in rows
     ]
 
 
-def _raw_totals(
-    conn: sqlite3.Connection, *, thread_id: str | None, job_id: str | None
-) -> list[UsageTotal]:
-    from ._rawread import usage_totals
-
-    return [
-        UsageTotal(
-            thread_id=t.thread_id,
-            usage=Usage(
-                input_tokens=t.usage.input_tokens,
-                output_tokens=t.usage.output_tokens,
-                cache_read_input_tokens=t.usage.cache_read_input_tokens,
-                cache_creation_input_tokens=t.usage.cache_creation_input_tokens,
-            ),
-            cost_usd=t.cost_usd,
-            responses=t.responses,
-        )
-        for t in usage_totals(conn, thread_id=thread_id, job_id=job_id)
-    ]
-
-
-async def _insert(conn: AsyncConnection, row: dict[str, Any]) -> None:
-    await conn.execute(usage.insert().values(**row))
+def _total(row: tuple[Any, ...]) -> UsageTotal:
+    tid, inp, out, read, created, cost, responses = row
+    usage = Usage(
+        input_tokens=inp,
+        output_tokens=out,
+        cache_read_input_tokens=read,
+        cache_creation_input_tokens=created,
+    )
+    return UsageTotal(thread_id=tid, usage=usage, cost_usd=cost, responses=responses)
 
 
 class Ledger:
@@ -115,22 +94,24 @@ class Ledger:
 
     async def record(self, thread_id: str, record: UsageRecord, *, seq: int | None = None) -> None:
         """A usage row not tied to an appended message (e.g. a response that was discarded)."""
-        row = usage_row(thread_id, seq, record, utcnow())
-        await self._writer.run(lambda c: _insert(c, row), where="recording usage")
+        now = utcnow()
+        await self._writer.run(
+            lambda tx: tx.execute(INSERT_USAGE, usage_row(tx, thread_id, seq, record, now)),
+            where="recording usage",
+        )
 
     async def totals(
         self, *, thread_id: str | None = None, job_id: str | None = None
     ) -> list[UsageTotal]:
         """Usage summed per thread (SQL sums of the usage rows): of one thread, of every thread
-        of a job, or of every thread."""
-        raw = self._writer.db.raw
-        if raw is not None:  # a SQLite file: plain sqlite3, the same SQL (``_rawread``)
-            fn = functools.partial(_raw_totals, thread_id=thread_id, job_id=job_id)
-            # one thread's sum is a small indexed read: on the event loop unless SQLite is busy
-            found = raw.inline(fn, where="summing usage") if thread_id is not None else None
-            return found if found is not None else await raw.run(fn, where="summing usage")
-        q = totals_query(thread_id=thread_id, job_id=job_id)
-        return await self._writer.db.read(lambda c: _totals(c, q), where="summing usage")
+        of a job, or of every thread. One thread's sum is a small indexed read: on the event
+        loop's thread unless SQLite is busy."""
+        rows = await self._writer.db.read(
+            lambda tx: totals(tx, thread_id=thread_id, job_id=job_id),
+            where="summing usage",
+            inline=thread_id is not None,
+        )
+        return [_total(r) for r in rows]
 
     async def of_thread(self, thread_id: str) -> Usage:
         rows = await self.totals(thread_id=thread_id)

@@ -27,22 +27,16 @@ beyond its cap.
 from __future__ import annotations
 
 import codecs
+import functools
 import hashlib
-import sqlite3
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from ._tables import outputs
+from ._sqlite import Tx
 from .errors import InvariantError
 from .models import NewMessage, StoredOutput, ToolResultBlock
 from .refs import format_ref
-
-if TYPE_CHECKING:
-    from ._engine import Database
 
 INLINE_LIMIT = 1 << 20
 """Characters: a tool output longer than this is stored apart (1 MiB of ASCII text)."""
@@ -112,8 +106,8 @@ def needs_apart(msgs: Sequence[NewMessage], files: Mapping[str, OutputFile] | No
     return False
 
 
-async def store_apart(
-    conn: AsyncConnection,
+def store_apart(
+    tx: Tx,
     thread_id: str,
     first_seq: int,
     msgs: Sequence[NewMessage],
@@ -141,15 +135,15 @@ async def store_apart(
                     source = b.text
                 if source is not None:
                     ref = format_ref(thread_id, seq)
-                    b = await _write(conn, thread_id, seq, b, source, ref)
+                    b = _write(tx, thread_id, seq, b, source, ref)
                     changed = True
             blocks.append(b)
         out.append(NewMessage.model_construct(role=m.role, content=blocks) if changed else m)
     return out
 
 
-async def _write(
-    conn: AsyncConnection,
+def _write(
+    tx: Tx,
     thread_id: str,
     seq: int,
     block: ToolResultBlock,
@@ -167,7 +161,7 @@ async def _write(
     tail = ""
     for piece in _pieces(source):
         data = piece.encode("utf-8")
-        await conn.execute(outputs.insert().values(**key, chunk=chunk, start=chars, data=data))
+        tx.execute(_INSERT, {**key, "chunk": chunk, "start": chars, "data": data})
         digest.update(data)
         chunk += 1
         nbytes += len(data)
@@ -192,6 +186,12 @@ async def _write(
         is_error=block.is_error,
         stored=stored,
     )
+
+
+_INSERT = (
+    "INSERT INTO outputs (thread_id, seq, tool_use_id, chunk, start, data)"
+    " VALUES (:thread_id, :seq, :tool_use_id, :chunk, :start, :data)"
+)
 
 
 def preview_marker(stored: StoredOutput, ref: str) -> str:
@@ -222,101 +222,37 @@ def _pieces(source: str | OutputFile) -> Iterator[str]:
 
 # ----------------------------------------------------------------- reading
 
-_FIRST = (
-    "SELECT chunk FROM outputs WHERE thread_id = ? AND seq = ? AND tool_use_id = ?"
-    " AND start <= ? ORDER BY chunk DESC LIMIT 1"
-)
-_CHUNK = (
-    "SELECT start, data FROM outputs WHERE thread_id = ? AND seq = ? AND tool_use_id = ?"
-    " AND chunk = ?"
-)
+_KEY = "thread_id = :thread_id AND seq = :seq AND tool_use_id = :tool_use_id"
+_FIRST = f"SELECT chunk FROM outputs WHERE {_KEY} AND start <= :pos ORDER BY chunk DESC LIMIT 1"
+_CHUNK = f"SELECT start, data FROM outputs WHERE {_KEY} AND chunk = :chunk"
+
+Read = Callable[[Callable[[Tx], Any]], Awaitable[Any]]
+"""Runs a statement function in a read (``Database.read``)."""
 
 
-Fetch = Callable[[int], Awaitable[tuple[int, bytes] | None]]
+def first_chunk(tx: Tx, key: Mapping[str, Any], pos: int) -> int | None:
+    """The chunk holding character ``pos`` of the output ``key`` names (the last at or before
+    it), None when it has none."""
+    row = tx.fetchone(_FIRST, {**key, "pos": pos})
+    return None if row is None else int(row[0])
 
 
-def sqlalchemy_reader(
-    read: Callable[[Callable[[AsyncConnection], Awaitable[Any]]], Awaitable[Any]],
-    thread_id: str,
-    seq: int,
-    tool_use_id: str,
-) -> tuple[Callable[[int], Awaitable[int | None]], Fetch]:
-    """(first chunk at or before a character, fetch chunk n) through SQLAlchemy reads."""
-    where = (
-        outputs.c.thread_id == thread_id,
-        outputs.c.seq == seq,
-        outputs.c.tool_use_id == tool_use_id,
-    )
-
-    async def first(pos: int) -> int | None:
-        q = (
-            sa.select(outputs.c.chunk)
-            .where(*where, outputs.c.start <= pos)
-            .order_by(outputs.c.chunk.desc())
-            .limit(1)
-        )
-
-        async def fn(conn: AsyncConnection) -> int | None:
-            row = (await conn.execute(q)).first()
-            return None if row is None else int(row[0])
-
-        result: int | None = await read(fn)
-        return result
-
-    async def fetch(n: int) -> tuple[int, bytes] | None:
-        q = sa.select(outputs.c.start, outputs.c.data).where(*where, outputs.c.chunk == n)
-
-        async def fn(conn: AsyncConnection) -> tuple[int, bytes] | None:
-            row = (await conn.execute(q)).first()
-            return None if row is None else (int(row[0]), bytes(row[1]))
-
-        result: tuple[int, bytes] | None = await read(fn)
-        return result
-
-    return first, fetch
-
-
-def sqlite_reader(
-    run: Callable[[Callable[[sqlite3.Connection], Any]], Awaitable[Any]],
-    thread_id: str,
-    seq: int,
-    tool_use_id: str,
-) -> tuple[Callable[[int], Awaitable[int | None]], Fetch]:
-    """The same through the raw ``sqlite3`` read path (one thread hop per chunk)."""
-
-    async def first(pos: int) -> int | None:
-        def fn(c: sqlite3.Connection) -> int | None:
-            row = c.execute(_FIRST, (thread_id, seq, tool_use_id, pos)).fetchone()
-            return None if row is None else int(row[0])
-
-        result: int | None = await run(fn)
-        return result
-
-    async def fetch(n: int) -> tuple[int, bytes] | None:
-        def fn(c: sqlite3.Connection) -> tuple[int, bytes] | None:
-            row = c.execute(_CHUNK, (thread_id, seq, tool_use_id, n)).fetchone()
-            return None if row is None else (int(row[0]), bytes(row[1]))
-
-        result: tuple[int, bytes] | None = await run(fn)
-        return result
-
-    return first, fetch
+def chunk(tx: Tx, key: Mapping[str, Any], n: int) -> tuple[int, bytes] | None:
+    """Chunk ``n`` of the output: (its first character's offset, its UTF-8 bytes)."""
+    row = tx.fetchone(_CHUNK, {**key, "chunk": n})
+    return None if row is None else (int(row[0]), bytes(row[1]))
 
 
 async def read_pieces(
-    first: Callable[[int], Awaitable[int | None]],
-    fetch: Fetch,
-    *,
-    start: int = 0,
-    end: int | None = None,
+    read: Read, key: Mapping[str, Any], *, start: int = 0, end: int | None = None
 ) -> AsyncIterator[str]:
-    """The characters ``start..end`` (end exclusive; None: to the end) of a stored output, one
-    chunk at a time."""
-    n = await first(max(start, 0))
+    """The characters ``start..end`` (end exclusive; None: to the end) of a stored output
+    (``key``: its thread_id, seq and tool_use_id), one chunk (one read) at a time."""
+    n = await read(lambda tx: first_chunk(tx, key, max(start, 0)))
     if n is None:
         return
     while True:
-        got = await fetch(n)
+        got: tuple[int, bytes] | None = await read(functools.partial(chunk, key=key, n=n))
         if got is None:
             return
         offset, data = got
@@ -328,20 +264,6 @@ async def read_pieces(
         if lo < hi:
             yield piece[lo:hi] if (lo, hi) != (0, len(piece)) else piece
         n += 1
-
-
-def reader(
-    db: Database, thread_id: str, seq: int, tool_use_id: str
-) -> tuple[Callable[[int], Awaitable[int | None]], Fetch]:
-    """``sqlite_reader`` on a SQLite file (the raw read path), else ``sqlalchemy_reader``."""
-    raw = db.raw
-    if raw is not None:
-        return sqlite_reader(
-            lambda fn: raw.run(fn, where="reading a tool output"), thread_id, seq, tool_use_id
-        )
-    return sqlalchemy_reader(
-        lambda fn: db.read(fn, where="reading a tool output"), thread_id, seq, tool_use_id
-    )
 
 
 def owner_of(ancestry: Sequence[tuple[str, int]], seq: int) -> str:

@@ -15,7 +15,7 @@ SNIPPET_WORDS = 16
 
 CHAIN_SQL = """
 WITH RECURSIVE chain(id, parent, after, head, depth) AS (
-    SELECT id, forked_from_id, COALESCE(forked_at_seq, 0), head_seq, 0 FROM threads WHERE id = ?
+    SELECT id, forked_from_id, COALESCE(forked_at_seq, 0), head_seq, 0 FROM threads WHERE id = :id
     UNION ALL
     SELECT t.id, t.forked_from_id, COALESCE(t.forked_at_seq, 0), t.head_seq, c.depth + 1
     FROM threads t JOIN chain c ON t.id = c.parent
@@ -24,18 +24,18 @@ SELECT id, after, head FROM chain ORDER BY depth
 """
 """A thread's ancestry, the thread first: (id, owns seqs after this, head_seq) per row."""
 
-HEAD_SQL = "SELECT head_seq FROM threads WHERE id = ?"
+HEAD_SQL = "SELECT head_seq FROM threads WHERE id = :id"
 """A thread's head alone, for a reader that knows its ancestry already (it never changes)."""
 
 MESSAGES_SQL = (
     "SELECT thread_id, seq, role, content, created_at FROM messages"
-    " WHERE thread_id = ? AND seq BETWEEN ? AND ? ORDER BY seq"
+    " WHERE thread_id = :owner AND seq BETWEEN :lo AND :hi ORDER BY seq"
 )
 """One segment of a visible history: (owner, lo, hi) from ``segments``."""
 
 HISTORY_SQL = (
     "SELECT content, role, created_at FROM messages"
-    " WHERE thread_id = ? AND seq BETWEEN ? AND ? ORDER BY seq"
+    " WHERE thread_id = :owner AND seq BETWEEN :lo AND :hi ORDER BY seq"
 )
 """The same segment as ``(content, role, created_at)`` rows: the owner and the seqs
 (``lo..hi``, every one of them stored) are the segment's (``_stored.segment_messages``)."""
@@ -47,7 +47,7 @@ JOINED_CHUNK_SQL = (
     "SELECT count(*), group_concat(content, ','),"
     f" group_concat(role, '{JOINED_SEP}'), group_concat(created_at, '{JOINED_SEP}')"
     " FROM (SELECT content, role, created_at FROM messages"
-    " WHERE thread_id = ? AND seq BETWEEN ? AND ? ORDER BY seq)"
+    " WHERE thread_id = :owner AND seq BETWEEN :lo AND :hi ORDER BY seq)"
 )
 """``HISTORY_SQL``'s rows of a chunk of a segment as one row: (count, the contents joined by
 commas, the roles and the timestamps each joined by ``JOINED_SEP``), in seq order — the

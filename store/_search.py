@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from ._readsql import MAX_ROWS, SNIPPET_WORDS, fts5_rows, terms
+from ._sqlite import Tx
 from .models import (
     ContentBlock,
     SearchHit,
@@ -48,12 +45,8 @@ def searchable_text(content: Sequence[ContentBlock]) -> str:
     return text.replace("\x00", "")
 
 
-def index_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows for ``insert_statement`` from message rows carrying a ``_text`` key."""
-    return [{"thread_id": r["thread_id"], "seq": r["seq"], "text": r["_text"]} for r in rows]
-
-
-INSERT = sa.text("INSERT INTO messages_fts (text, thread_id, seq) VALUES (:text, :thread_id, :seq)")
+INSERT = "INSERT INTO messages_fts (text, thread_id, seq) VALUES (:text, :thread_id, :seq)"
+"""A message's search row, in the transaction of the message (either dialect's index table)."""
 
 _WORD = re.compile(r"[^\W_]+")
 
@@ -90,38 +83,16 @@ def _pg_search_sql(*, by_job: bool) -> str:
     )
 
 
-async def search(
-    conn: AsyncConnection, query: str, *, job_id: str | None, limit: int
-) -> list[SearchHit]:
-    if conn.dialect.name == "sqlite":  # a database that is not a file (the raw reader's, else)
-        return await conn.run_sync(
-            lambda c: hits(
-                fts5_rows(
-                    lambda sql, p: c.exec_driver_sql(sql, p).all(),
-                    query,
-                    job_id=job_id,
-                    limit=limit,
-                )
-            )
-        )
+def search(tx: Tx, query: str, *, job_id: str | None, limit: int) -> list[SearchHit]:
+    """``Store.search``: FTS5's statements on SQLite (``_readsql.fts5_rows``), tsvector's on
+    PostgreSQL; the same hits in the same order either way."""
+    if not tx.postgres:
+        return hits(fts5_rows(tx.fetchall, query, job_id=job_id, limit=limit))
     q = tsquery(query)
     if not q:
         return []
-    params: dict[str, Any] = {"q": q, "n": min(limit, MAX_ROWS)}
-    if job_id:
-        params["job"] = job_id
-    rows = (await conn.execute(sa.text(_pg_search_sql(by_job=bool(job_id))), params)).all()
-    return hits(rows)
-
-
-def sqlite_search(
-    conn: sqlite3.Connection, query: str, *, job_id: str | None, limit: int
-) -> list[SearchHit]:
-    """``search`` on a plain ``sqlite3`` connection (the store's raw reader)."""
-    rows = fts5_rows(
-        lambda sql, p: conn.execute(sql, p).fetchall(), query, job_id=job_id, limit=limit
-    )
-    return hits(rows)
+    params: dict[str, Any] = {"q": q, "n": min(limit, MAX_ROWS), "job": job_id}
+    return hits(tx.fetchall(_pg_search_sql(by_job=bool(job_id)), params))
 
 
 def hits(rows: Sequence[Sequence[Any]]) -> list[SearchHit]:

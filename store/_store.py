@@ -10,28 +10,23 @@ modules per table family (``_threads``, ``_messages``, ``_search``), histories i
 from __future__ import annotations
 
 import operator
-import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from . import _outputs, _search, _threads
+from . import _dispatches, _leases, _outputs, _search, _threads
 from ._checkpoints import Checkpoints
 from ._dispatches import Dispatches
-from ._dispatches import _set_status as set_dispatch_status
-from ._dispatches import _spawn as spawn_dispatch
-from ._engine import Database, utcnow
+from ._engine import Database
 from ._exclusive import exclusive
-from ._history import History, raw_messages
+from ._history import History
 from ._invariants import check_append
-from ._leases import Lease, Leases, finish_sqlite, write_raw
-from ._leases import _release as release_lease
+from ._leases import Lease, Leases
 from ._ledger import Ledger
 from ._liveness import as_seen
 from ._outputs import OutputFile
 from ._readsql import row_limit
+from ._sqlite import Tx, utcnow
 from ._writer import Writer
 from .errors import ThreadNotFound
 from .models import (
@@ -114,30 +109,19 @@ class Store:
             "tools": list(tools),
             "model": model,
         }
-        if self._raw(messages):
-            return await write_raw(
-                self._writer,
-                lambda c: _threads.create_sqlite(
-                    c, now, messages, job_id=job_id, parent_id=parent_id, **values
-                ),
-                where="creating a thread",
-            )
         return await self._writer.run(
-            lambda c: _threads.create(
-                c, now, messages, job_id=job_id, parent_id=parent_id, **values
+            lambda tx: _threads.create(
+                tx, now, messages, job_id=job_id, parent_id=parent_id, **values
             ),
             where="creating a thread",
         )
 
-    def _raw(self, messages: Sequence[NewMessage] = ()) -> bool:
-        """Whether a write of these new messages runs on the raw ``sqlite3`` writer (a SQLite
-        file, nothing stored apart: ``_outputs`` streams through the ORM connection)."""
-        return self.db.appender is not None and not _outputs.needs_apart(messages, None)
-
     async def get_thread(self, thread_id: str) -> ThreadInfo:
         """The thread as readers see it: ``running`` with its runner gone reads ``interrupted``
         (``_liveness``); transactions use ``_threads.get``, the stored row as it is."""
-        info = await self.db.read(lambda c: _threads.get(c, thread_id), where="reading a thread")
+        info = await self.db.read(
+            lambda tx: _threads.get(tx, thread_id), where="reading a thread", inline=True
+        )
         return as_seen(info)
 
     async def append(
@@ -174,7 +158,9 @@ class Store:
         first entry whose bound is ≥ n, walking from the end. ``T-x#n`` names the same message
         for every x in the list whose bound is ≥ n."""
         return await self.db.read(
-            lambda c: self._history.ancestry(c, thread_id), where="reading a thread's ancestry"
+            lambda tx: self._history.ancestry(tx, thread_id),
+            where="reading a thread's ancestry",
+            inline=True,
         )
 
     async def messages(
@@ -185,10 +171,11 @@ class Store:
         bound is not a whole number (``start=3.5`` read nothing, ``start="2"`` failed deep in
         the read)."""
         start, end = _seq(start, "start"), None if end is None else _seq(end, "end")
-        if self.db.raw is not None:
-            return await raw_messages(self.db.raw, thread_id, start, end, self._history)
+        history = self._history
         return await self.db.read(
-            lambda c: self._history.read_range(c, thread_id, start, end), where="reading messages"
+            lambda tx: history.read_range(tx, thread_id, start, end),
+            where="reading messages",
+            inline=lambda tx: history.read_range(tx, thread_id, start, end, small=True),
         )
 
     async def read(self, ref: str | ThreadRef) -> tuple[ThreadInfo, list[Message]]:
@@ -196,10 +183,8 @@ class Store:
         resolved = await self.resolve(ref)
         tid, start, end = resolved.thread.id, resolved.start or 1, resolved.end
 
-        async def fn(conn: AsyncConnection) -> tuple[ThreadInfo, list[Message]]:
-            return await _threads.get(conn, tid), await self._history.read_range(
-                conn, tid, start, end
-            )
+        def fn(tx: Tx) -> tuple[ThreadInfo, list[Message]]:
+            return _threads.get(tx, tid), self._history.read_range(tx, tid, start, end)
 
         return await self.db.read(fn, where="reading a thread")
 
@@ -217,8 +202,12 @@ class Store:
         a fork included), about a chunk (1 MiB) at a time: memory stays bounded whatever the
         output's size. Only outputs stored apart (``ToolResultBlock.stored``) have pieces."""
         owner = _outputs.owner_of(await self.ancestry(thread_id), seq)
-        first, fetch = _outputs.reader(self.db, owner, seq, tool_use_id)
-        async for piece in _outputs.read_pieces(first, fetch, start=start, end=end):
+        key = {"thread_id": owner, "seq": seq, "tool_use_id": tool_use_id}
+
+        def read(fn: Any) -> Any:
+            return self.db.read(fn, where="reading a tool output")
+
+        async for piece in _outputs.read_pieces(read, key, start=start, end=end):
             yield piece
 
     async def output_text(
@@ -240,16 +229,10 @@ class Store:
         """A ref or unique id prefix → its thread (and range). Ambiguous prefixes raise
         ``AmbiguousRef`` listing the candidates; anchors past the end raise ``ThreadNotFound``."""
         parsed = ThreadRef.parse(ref) if isinstance(ref, str) else ref
-        if is_full_id(parsed.id):
-            found = await self.db.read(
-                lambda c: _threads.get(c, parsed.id), where="resolving a ref"
-            )
-        else:
-            found = await self.db.read(
-                lambda c: _threads.by_prefix(c, parsed.id, self.db.dialect),
-                where="resolving a ref",
-            )
-        info = as_seen(found)
+        find = _threads.get if is_full_id(parsed.id) else _threads.by_prefix
+        info = as_seen(
+            await self.db.read(lambda tx: find(tx, parsed.id), where="resolving a ref", inline=True)
+        )
         start, end = anchor_range(parsed, info.id, info.head_seq)
         return ResolvedRef(info, start, end)
 
@@ -269,8 +252,8 @@ class Store:
         point between a tool_use and its result, naming the nearest valid points."""
         fork_id, now = new_id(), utcnow()
         return await self._writer.run(
-            lambda c: self._history.fork(
-                c,
+            lambda tx: self._history.fork(
+                tx,
                 source_id,
                 at=at,
                 fork_id=fork_id,
@@ -299,8 +282,8 @@ class Store:
         """Threads matching every given filter, newest first (or oldest), as readers see them
         (``running`` with its runner gone reads ``interrupted``, and filters so)."""
         return await self.db.read(
-            lambda c: _threads.listing(
-                c,
+            lambda tx: _threads.listing(
+                tx,
                 job_id=job_id,
                 status=status,
                 kind=kind,
@@ -346,28 +329,20 @@ class Store:
         expected = None if expect is None else {Status(s) for s in expect}
         now = utcnow()
 
-        # the same write on either writer: the raw sqlite3 one on a SQLite file, else SQLAlchemy's
-        kw: dict[str, Any] = {
-            "now": now,
-            "error": error,
-            "result": result,
-            "expected": expected,
-            "lease_owner": lease_owner,
-        }
-        if self._raw():
-            return await write_raw(
-                self._writer,
-                lambda c: _threads.set_status_sqlite(c, thread_id, status, **kw),
-                where="setting a status",
-                terminal=status.terminal,
-            )
-
-        def fn(conn: AsyncConnection) -> Awaitable[ThreadInfo]:
-            return _threads.set_status(conn, thread_id, status, **kw)
-
-        if status.terminal:
-            return await self._writer.terminal(fn, where="setting a status")
-        return await self._writer.run(fn, where="setting a status")
+        return await self._writer.run(
+            lambda tx: _threads.set_status(
+                tx,
+                thread_id,
+                status,
+                now=now,
+                error=error,
+                result=result,
+                expected=expected,
+                lease_owner=lease_owner,
+            ),
+            where="setting a status",
+            terminal=status.terminal,
+        )
 
     async def finish(
         self,
@@ -384,32 +359,12 @@ class Store:
         if not status.terminal:
             raise ValueError(f"finish needs a terminal status, not {status}")
         tid, owner, now = lease.thread_id, lease.owner, utcnow()
-
-        async def fn(conn: AsyncConnection) -> ThreadInfo:
-            info = await _threads.set_status(
-                conn,
-                tid,
-                status,
-                now=now,
-                error=error,
-                result=result,
-                expected=None,
-                lease_owner=owner,
-            )
-            await release_lease(conn, tid, owner)
-            await set_dispatch_status(conn, tid, str(status), now)
-            return info
-
         lease.ending = True
-        if self._raw():
-            info = await write_raw(
-                self._writer,
-                lambda c: finish_sqlite(c, tid, owner, status, now=now, error=error, result=result),
-                where="finishing a run",
-                terminal=True,
-            )
-        else:
-            info = await self._writer.terminal(fn, where="finishing a run")
+        info = await self._writer.run(
+            lambda tx: _leases.finish(tx, tid, owner, status, now=now, error=error, result=result),
+            where="finishing a run",
+            terminal=True,
+        )
         lease.released = True
         return info
 
@@ -441,33 +396,22 @@ class Store:
                 raise TypeError(f"unknown spawn keywords: {', '.join(sorted(w))}")
             calls.append((index, key, messages, values))
 
-        async def fn(conn: AsyncConnection) -> list[tuple[ThreadInfo, bool]]:
+        def fn(tx: Tx) -> list[tuple[ThreadInfo, bool]]:
             return [
-                await spawn_dispatch(
-                    conn, now, msgs, lead_id=lead_id, tool_use_id=tool_use_id,
+                _dispatches.spawn(
+                    tx, now, msgs, lead_id=lead_id, tool_use_id=tool_use_id,
                     task_index=index, task_key=key, **values,
                 )
                 for index, key, msgs, values in calls
             ]  # fmt: skip
 
-        def fn_sqlite(conn: sqlite3.Connection) -> list[tuple[ThreadInfo, bool]]:
-            return [
-                _threads.spawn_sqlite(
-                    conn, now, msgs, lead_id=lead_id, tool_use_id=tool_use_id,
-                    task_index=index, task_key=key, **values,
-                )
-                for index, key, msgs, values in calls
-            ]  # fmt: skip
-
-        if self._raw([m for _, _, msgs, _ in calls for m in msgs]):
-            return await write_raw(self._writer, fn_sqlite, where="spawning workers")
         return await self._writer.run(fn, where="spawning workers")
 
     async def set_result(self, thread_id: str, result: Result) -> None:
-        payload = result.model_dump(mode="json", exclude_none=True)
+        values = {"result": result.model_dump(mode="json", exclude_none=True)}
         now = utcnow()
         await self._writer.run(
-            lambda c: _threads.set_result(c, thread_id, payload, now), where="storing a result"
+            lambda tx: _threads.update(tx, thread_id, values, now), where="storing a result"
         )
 
     async def update_thread(
@@ -487,7 +431,7 @@ class Store:
             values["tools"] = list(tools)
         now = utcnow()
         return await self._writer.run(
-            lambda c: _threads.update(c, thread_id, values, now), where="updating a thread"
+            lambda tx: _threads.update(tx, thread_id, values, now), where="updating a thread"
         )
 
     async def adopt(self, thread_id: str, parent_id: str) -> ThreadInfo:
@@ -495,7 +439,7 @@ class Store:
         (``_threads.adopt``): a subagent imported before the session that spawned it."""
         now = utcnow()
         return await self._writer.run(
-            lambda c: _threads.adopt(c, thread_id, parent_id, now), where="adopting a thread"
+            lambda tx: _threads.adopt(tx, thread_id, parent_id, now), where="adopting a thread"
         )
 
     def exclusive(self, name: str) -> AbstractAsyncContextManager[None]:
@@ -510,13 +454,8 @@ class Store:
     ) -> list[SearchHit]:
         """Full-text search over every message of every thread: hits as ``T-…#seq`` with a
         one-line snippet, best first."""
-        if self.db.raw is not None:
-            return await self.db.raw.run(
-                lambda c: _search.sqlite_search(c, query, job_id=job_id, limit=limit),
-                where="searching",
-            )
         return await self.db.read(
-            lambda c: _search.search(c, query, job_id=job_id, limit=limit), where="searching"
+            lambda tx: _search.search(tx, query, job_id=job_id, limit=limit), where="searching"
         )
 
 

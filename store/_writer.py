@@ -1,25 +1,24 @@
 """The process's one writer: every write transaction of a ``Store`` goes through it.
 
 Writes are serialised on one lock. Appends are group-committed: appends that arrive while a
-transaction is running are validated and written together in the next one (one
-``BEGIN IMMEDIATE``, one multi-row insert per table), and each caller's await returns only after
-the transaction holding its messages has committed. Other writes run one transaction each. Once
-a transaction has started it is finished even if its caller is cancelled; a terminal write
-(``terminal``) is shielded while it waits for the lock, too.
+transaction is running are written together in the next one (one transaction, one multi-row
+insert per table), and each caller's await returns only after the transaction holding its
+messages has committed. Other writes run one transaction each. Once a transaction has started it
+is finished even if its caller is cancelled; a terminal write (``terminal=True``) is shielded
+while it waits for the lock, too. The statements are functions of a ``Tx``
+(``store._sqlite``); ``Database.write`` runs them on whichever transport it chose.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from . import _outputs
 from ._engine import Database, finish_uncancelled
-from ._messages import PendingAppend, apply_appends, apply_appends_sqlite, encode
-from ._outputs import OutputFile
+from ._messages import PendingAppend, apply_appends, encode
+from ._outputs import OutputFile, needs_apart
+from ._sqlite import Tx
 from .models import Message, NewMessage, UsageRecord
 
 T = TypeVar("T")
@@ -33,16 +32,17 @@ class Writer:
         self.lock = asyncio.Lock()
         self._pending: list[PendingAppend] = []
 
-    async def run(self, fn: Callable[[AsyncConnection], Awaitable[T]], *, where: str) -> T:
+    async def run(self, fn: Callable[[Tx], T], *, where: str, terminal: bool = False) -> T:
         """One write transaction, serialised with every other write of this process, finished
-        even if the caller is cancelled once it has started."""
-        async with self.lock:
-            return await finish_uncancelled(self.db.write(fn, where=where))
+        even if the caller is cancelled once it has started. ``terminal``: shielded from the
+        caller's cancellation while it waits for the lock too — a terminal status must never be
+        skipped because its task was cancelled."""
 
-    async def terminal(self, fn: Callable[[AsyncConnection], Awaitable[T]], *, where: str) -> T:
-        """``run``, shielded from the caller's cancellation while it waits for the lock too:
-        a terminal status must never be skipped because its task was cancelled."""
-        return await finish_uncancelled(self.run(fn, where=where))
+        async def run() -> T:
+            async with self.lock:
+                return await finish_uncancelled(self.db.write(fn, where=where))
+
+        return await (finish_uncancelled(run()) if terminal else run())
 
     async def append(
         self,
@@ -59,7 +59,7 @@ class Writer:
         item = PendingAppend(
             thread_id, msgs, usage, loop.create_future(), lease_owner, output_files
         )
-        if self.db.appender is not None and not _outputs.needs_apart(msgs, output_files):
+        if not needs_apart(msgs, output_files):
             item.encoded = encode(msgs)  # while the transaction before it runs
         item.future.add_done_callback(_consume)
         self._pending.append(item)
@@ -75,14 +75,10 @@ class Writer:
         return item.future.result()
 
     async def _commit(self, batch: list[PendingAppend]) -> None:
-        where = "appending messages"
         try:
-            if all(p.encoded is not None for p in batch):
-                outcomes = await self.db.write_sqlite(
-                    lambda c: apply_appends_sqlite(c, batch), where=where
-                )
-            else:  # PostgreSQL, or outputs stored apart (streamed through the ORM connection)
-                outcomes = await self.db.write(lambda c: apply_appends(c, batch), where=where)
+            outcomes = await self.db.write(
+                lambda tx: apply_appends(tx, batch), where="appending messages"
+            )
         except Exception as err:  # the whole transaction failed: every caller hears why
             for p in batch:
                 if not p.future.done():

@@ -23,7 +23,6 @@ import sys
 from typing import Any
 
 import alembic.command  # noqa: F401  (imported up front, so that racing opens start together)
-import sqlalchemy as sa
 
 from store import NewMessage, Store
 
@@ -45,11 +44,8 @@ async def _open(url: str) -> dict[str, Any]:
     except Exception as err:
         return {"ok": False, "error": _error(err)}
     try:
-
-        async def fn(conn: Any) -> Any:
-            return await conn.scalar(sa.text("SELECT version_num FROM alembic_version"))
-
-        return {"ok": True, "revision": await store.db.read(fn)}
+        row = await store.db.read(lambda tx: tx.fetchone("SELECT version_num FROM alembic_version"))
+        return {"ok": True, "revision": None if row is None else row[0]}
     finally:
         await store.close()
 

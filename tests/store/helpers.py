@@ -10,9 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-import sqlalchemy as sa
 
-from store import NewMessage, Store, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from store import (
+    Message,
+    NewMessage,
+    Store,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from store._sqlite import Tx, as_time
 
 
 def user(text: str) -> NewMessage:
@@ -57,10 +65,9 @@ def shape(msgs: Any) -> list[tuple[int, str, list[dict[str, Any]]]]:
 
 
 async def count_rows(store: Store, table: str) -> int:
-    async def fn(conn: Any) -> int:
-        return int(await conn.scalar(sa.text(f"SELECT count(*) FROM {table}")))
-
-    return await store.db.read(fn)
+    row = await store.db.read(lambda tx: tx.fetchone(f"SELECT count(*) FROM {table}"))
+    assert row is not None
+    return int(row[0])
 
 
 class Procs:
@@ -142,3 +149,39 @@ async def raw_sql(backend: str, url: str, sql: str) -> str | None:
     finally:
         await aconn.close()
     return None
+
+
+async def validated_messages(
+    store: Store, thread_id: str, start: int = 1, end: int | None = None
+) -> list[Message]:
+    """A reference read, independent of the store's read plan: each message's row found through
+    ``Store.ancestry`` (the owner whose bound covers its seq), one select per message, every row
+    validated in full by the model."""
+    ancestry = await store.ancestry(thread_id)
+    head = ancestry[0][1]
+    wanted = range(start, (head if end is None else min(end, head)) + 1)
+
+    def fn(tx: Tx) -> list[Message]:
+        out = []
+        for seq in wanted:
+            owner = next(o for o, bound in reversed(ancestry) if bound >= seq)
+            row = tx.fetchone(
+                "SELECT role, content, created_at FROM messages WHERE thread_id = :t AND seq = :s",
+                {"t": owner, "s": seq},
+            )
+            assert row is not None, (owner, seq)
+            role, content, at = row
+            out.append(
+                Message.model_validate(
+                    {
+                        "role": role,
+                        "content": json.loads(content),
+                        "seq": seq,
+                        "thread_id": owner,
+                        "created_at": as_time(at),
+                    }
+                )
+            )
+        return out
+
+    return await store.db.read(fn)

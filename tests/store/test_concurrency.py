@@ -89,9 +89,4 @@ async def test_the_database_is_intact_after_concurrent_writers(store: Store) -> 
         *(store.append(t, NewMessage.user(f"{t} message {i}")) for t in threads for i in range(5))
     )
 
-    async def check(conn: object) -> object:
-        import sqlalchemy as sa
-
-        return await conn.scalar(sa.text("PRAGMA integrity_check"))  # type: ignore[attr-defined]
-
-    assert await store.db.read(check) == "ok"
+    assert await store.db.read(lambda tx: tx.fetchall("PRAGMA integrity_check")) == [("ok",)]

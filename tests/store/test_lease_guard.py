@@ -53,7 +53,7 @@ async def test_a_status_write_by_a_runner_that_lost_its_lease_writes_nothing(
     await store.leases.acquire(info.id, "B", ttl_s=60, replace="A")  # B took the thread over
     with pytest.raises(LeaseLost):
         await store.set_status(info.id, Status.DONE, lease_owner="A")
-    raw = await store.db.read(lambda c: _threads.get(c, info.id), where="test")
+    raw = await store.db.read(lambda tx: _threads.get(tx, info.id), where="test")
     assert raw.status == Status.RUNNING and raw.lease_owner == "B"
     # an expired lease is lost too, even while nobody has taken it yet
     await store.leases.acquire(info.id, "B", ttl_s=-1)

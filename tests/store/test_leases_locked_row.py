@@ -11,7 +11,7 @@ frozen host's locks go."""
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
@@ -57,7 +57,7 @@ async def test_a_lease_taken_after_waiting_for_the_row_runs_from_when_it_was_tak
     ):
         await asyncio.sleep(0.02)
     await asyncio.sleep(0.5)  # the wait lasts; a lease dated from before it would be short
-    released_at = _engine.utcnow()
+    released_at = datetime.now(UTC)
     await locker.close()  # the other host's transaction ends
     await taking
     info = await store.get_thread(tid)

@@ -240,13 +240,8 @@ async def test_usage_is_recorded_against_the_assistant_message_it_produced(store
         t.id, [calls("a"), results("a")], usage=UsageRecord(model="m", usage=_u(1, 1))
     )
 
-    async def seqs(conn: object) -> list[int]:
-        import sqlalchemy as sa
-
-        rows = await conn.execute(sa.text("SELECT seq FROM usage"))  # type: ignore[attr-defined]
-        return [r[0] for r in rows]
-
-    assert await store.db.read(seqs) == [2]
+    rows = await store.db.read(lambda tx: tx.fetchall("SELECT seq FROM usage"))
+    assert [r[0] for r in rows] == [2]
 
 
 # ----------------------------------------------------------------- leases

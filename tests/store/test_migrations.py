@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import sqlalchemy as sa
@@ -22,6 +23,8 @@ from store._tables import FTS_TABLE, metadata
 from tests import pg
 
 from .helpers import Procs, assistant, user
+
+T = TypeVar("T")
 
 TABLES = {"threads", "messages", "usage", "dispatches"}
 
@@ -50,15 +53,21 @@ def _revision(sync_conn: sa.Connection) -> str | None:
     return MigrationContext.configure(sync_conn).get_current_revision()
 
 
+async def _sa(store: Store, fn: Callable[[sa.Connection], T]) -> T:
+    """``fn`` on a SQLAlchemy connection of the store's engine (Alembic's and the inspector's)."""
+    async with store.db.reader.connect() as conn:
+        return await conn.run_sync(fn)
+
+
 def test_schema_head_is_the_newest_revision_in_migrations() -> None:
     script = ScriptDirectory.from_config(alembic_config())
     assert script.get_heads() == [SCHEMA_HEAD]
 
 
 async def test_the_migrated_schema_matches_the_table_definitions(store: Store) -> None:
-    diffs = await store.db.read(lambda c: c.run_sync(_diffs))
+    diffs = await _sa(store, _diffs)
     assert diffs == []
-    tables = await store.db.read(lambda c: c.run_sync(_tables))
+    tables = await _sa(store, _tables)
     assert tables >= {*TABLES, FTS_TABLE, "alembic_version"}
 
 
@@ -109,7 +118,7 @@ async def test_opening_a_fresh_database_migrates_it_once(empty_db_url: str) -> N
 async def test_opening_without_migrate_leaves_the_database_alone(empty_db_url: str) -> None:
     store = await Store.open(empty_db_url, migrate=False)
     try:
-        tables = await store.db.read(lambda c: c.run_sync(_tables))
+        tables = await _sa(store, _tables)
         assert not tables & TABLES
     finally:
         await store.close()

@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from pydantic import BaseModel, ValidationError
 
 from store import (
@@ -96,11 +95,9 @@ async def test_every_stored_shape_reads_back_as_validating_its_row_gives(store: 
     apart = stored[2].content[2]
     assert isinstance(apart, ToolResultBlock) and apart.stored is not None  # stored apart
 
-    async def rows(conn: Any) -> list[Any]:
-        q = sa.text("SELECT seq, role, content FROM messages WHERE thread_id = :t ORDER BY seq")
-        return list(await conn.execute(q, {"t": appended}))
-
-    for (seq, role, content), got in zip(await store.db.read(rows), stored, strict=True):
+    q = "SELECT seq, role, content FROM messages WHERE thread_id = :t ORDER BY seq"
+    rows = await store.db.read(lambda tx: tx.fetchall(q, {"t": appended}))
+    for (seq, role, content), got in zip(rows, stored, strict=True):
         want = Message.model_validate(
             {
                 "role": role,

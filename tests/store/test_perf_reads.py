@@ -5,18 +5,16 @@ SQLAlchemy read plan, directly and through a three-deep fork chain, for every ra
 from __future__ import annotations
 
 import pytest
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import Message, NewMessage, Store, _history
+
+from .helpers import validated_messages
 
 pytestmark = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 
 
 async def _orm(store: Store, thread_id: str, start: int, end: int | None) -> list[Message]:
-    async def fn(conn: AsyncConnection) -> list[Message]:
-        return await _history.History().read_range(conn, thread_id, start, end)
-
-    return await store.db.read(fn)
+    return await validated_messages(store, thread_id, start, end)
 
 
 def _talk(n: int, *, start: int, size: int = 1) -> list[NewMessage]:

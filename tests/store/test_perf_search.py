@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import NewMessage, SearchHit, Store, _readsql
 from store._readsql import SNIPPET_WORDS, fts5_query, fts5_rows
 from store._search import tsquery
+from store._sqlite import Tx
 
 WORDS = [
     "parser",
@@ -63,14 +62,14 @@ def _reference_sql(dialect: str, *, by_job: bool) -> str:
 
 
 async def _reference(store: Store, query: str, *, job_id: str | None, limit: int) -> list[Any]:
-    async def fn(conn: AsyncConnection) -> list[Any]:
-        dialect = conn.dialect.name
+    def fn(tx: Tx) -> list[Any]:
+        dialect = "postgresql" if tx.postgres else "sqlite"
         q = fts5_query(query) if dialect == "sqlite" else tsquery(query)
         params: dict[str, Any] = {"q": q, "n": limit}
         if job_id:
             params["job"] = job_id
-        rows = await conn.execute(sa.text(_reference_sql(dialect, by_job=bool(job_id))), params)
-        return [(r.thread_id, int(r.seq), r.role, " ".join(str(r.snip).split())) for r in rows]
+        rows = tx.fetchall(_reference_sql(dialect, by_job=bool(job_id)), params)
+        return [(r[0], int(r[1]), r[2], " ".join(str(r[3]).split())) for r in rows]
 
     return await store.db.read(fn)
 

@@ -11,7 +11,6 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import (
     Message,
@@ -22,9 +21,10 @@ from store import (
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
-    _history,
 )
 from store._stored import CHUNK_ROWS
+
+from .helpers import validated_messages
 
 pytestmark = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 
@@ -34,10 +34,7 @@ N = 2 * CHUNK_ROWS + 7
 async def _orm(
     store: Store, thread_id: str, start: int = 1, end: int | None = None
 ) -> list[Message]:
-    async def fn(conn: AsyncConnection) -> list[Message]:
-        return await _history.History().read_range(conn, thread_id, start, end)
-
-    return await store.db.read(fn)
+    return await validated_messages(store, thread_id, start, end)
 
 
 def _turns(i: int) -> list[NewMessage]:

@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
-from sqlalchemy import event
 
 from store import DatabaseError, DatabaseUnavailable, Store
+from store._sqlite import Tx
 
 from .helpers import assistant, user
 
@@ -58,22 +57,32 @@ async def test_the_copied_test_database_is_also_0600(store: Store) -> None:
 
 
 async def _pragma(store: Store, name: str, *, write: bool) -> Any:
-    async def fn(conn: Any) -> Any:
-        return await conn.scalar(sa.text(f"PRAGMA {name}"))
+    def fn(tx: Tx) -> Any:
+        row = tx.fetchone(f"PRAGMA {name}")
+        return None if row is None else row[0]
 
     return await (store.db.write(fn) if write else store.db.read(fn))
 
 
-@pytest.mark.parametrize("write", [False, True], ids=["reader", "writer"])
-async def test_connections_use_wal_foreign_keys_full_sync_and_a_busy_timeout(
-    tmp_path: Path, write: bool
+async def test_the_writer_uses_wal_foreign_keys_full_sync_and_a_busy_timeout(
+    tmp_path: Path,
 ) -> None:
     store = await Store.open(str(tmp_path / "t.db"))
     try:
-        assert await _pragma(store, "journal_mode", write=write) == "wal"
-        assert await _pragma(store, "foreign_keys", write=write) == 1
-        assert await _pragma(store, "synchronous", write=write) == 2  # FULL
-        assert await _pragma(store, "busy_timeout", write=write) >= 5000
+        assert await _pragma(store, "journal_mode", write=True) == "wal"
+        assert await _pragma(store, "foreign_keys", write=True) == 1
+        assert await _pragma(store, "synchronous", write=True) == 2  # FULL
+        assert await _pragma(store, "busy_timeout", write=True) >= 5000
+    finally:
+        await store.close()
+
+
+async def test_readers_wait_for_a_busy_database_and_can_never_write(tmp_path: Path) -> None:
+    store = await Store.open(str(tmp_path / "t.db"))
+    try:
+        assert await _pragma(store, "journal_mode", write=False) == "wal"
+        assert await _pragma(store, "busy_timeout", write=False) >= 5000
+        assert await _pragma(store, "query_only", write=False) == 1
     finally:
         await store.close()
 
@@ -83,19 +92,17 @@ async def test_foreign_keys_are_enforced_and_driver_errors_are_translated(
 ) -> None:
     store = await Store.open(str(tmp_path / "t.db"))
 
-    async def orphan(conn: Any) -> None:
-        await conn.execute(
-            sa.text(
-                "INSERT INTO messages (thread_id, seq, role, content, format, created_at)"
-                " VALUES ('nope', 1, 'user', '[]', 1, '2026-01-01')"
-            )
+    def orphan(tx: Tx) -> None:
+        tx.execute(
+            "INSERT INTO messages (thread_id, seq, role, content, format, created_at)"
+            " VALUES ('nope', 1, 'user', '[]', 1, '2026-01-01')"
         )
 
     try:
         with pytest.raises(DatabaseError, match="FOREIGN KEY") as err:
             await store.db.write(orphan)
-        assert not isinstance(err.value, sa.exc.SQLAlchemyError)
-        assert isinstance(err.value.__cause__, sa.exc.SQLAlchemyError)
+        assert not isinstance(err.value, sqlite3.Error)
+        assert isinstance(err.value.__cause__, sqlite3.IntegrityError)
     finally:
         await store.close()
 
@@ -147,12 +154,12 @@ def _insert_thread_sql(tid: str) -> str:
     )
 
 
-@pytest.mark.parametrize("write", ["append", "orm"])
+@pytest.mark.parametrize("write", ["append", "edit"])
 async def test_a_deferred_read_then_write_fails_at_once_but_the_store_waits_for_the_lock(
     tmp_path: Path, write: str
 ) -> None:
-    """``append``: the raw sqlite3 writer (appends, a run's statuses and leases); ``orm``: the
-    ORM's writer connection (a metadata edit)."""
+    """``append`` and ``edit`` (a metadata edit): every write of a SQLite file runs on the one
+    sqlite3 writer (``store._sqlite``)."""
     path = tmp_path / "t.db"
     store = await Store.open(str(path))
     t = await store.create_thread(kind="lead", messages=[user("x")])
@@ -173,8 +180,8 @@ async def test_a_deferred_read_then_write_fails_at_once_but_the_store_waits_for_
     a.close()
 
     # 2. the same scenario through the store: its write transaction starts with BEGIN IMMEDIATE,
-    #    so it waits for B's lock (busy timeout) and then succeeds. Appends run on the raw
-    #    sqlite3 writer (store._rawwrite), whose connection reports each statement it starts
+    #    so it waits for B's lock (busy timeout) and then succeeds. Writes run on the sqlite3
+    #    writer (store._sqlite), whose connection reports each statement it starts
     loop = asyncio.get_running_loop()
     begun = asyncio.Event()
 
@@ -182,16 +189,11 @@ async def test_a_deferred_read_then_write_fails_at_once_but_the_store_waits_for_
         if statement == "BEGIN IMMEDIATE":
             loop.call_soon_threadsafe(begun.set)
 
+    assert store.db.appender is not None
+    store.db.appender.conn.set_trace_callback(_seen)
     if write == "append":
-        assert store.db.appender is not None
-        store.db.appender.conn.set_trace_callback(_seen)
         task: asyncio.Task[Any] = asyncio.create_task(store.append(t.id, assistant("after B")))
     else:
-
-        @event.listens_for(store.db.writer.sync_engine, "before_cursor_execute")
-        def _on_sql(_c: Any, _cur: Any, statement: str, *_args: Any) -> None:
-            _seen(statement)
-
         task = asyncio.create_task(store.update_thread(t.id, title="after B"))
     await begun.wait()
     done, _ = await asyncio.wait({task}, timeout=0.3)  # B still holds the lock: it waits

@@ -1,6 +1,7 @@
-"""SQLite appends on the raw ``sqlite3`` writer (``store._rawwrite``): the rows it writes are the
-ones the ORM path writes, its checkpoints keep the WAL bounded, and a queue held elsewhere
-neither runs a given-up append later nor keeps the store from closing."""
+"""SQLite writes on the ``sqlite3`` writer thread (``store._sqlite``): every write of a file
+runs there, in ``BEGIN IMMEDIATE``, writing the text SQLAlchemy wrote (older rows compare
+alike); its checkpoints keep the WAL bounded, and a queue held elsewhere neither runs a
+given-up append later nor keeps the store from closing."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def _rows(path: Path, sql: str) -> list[tuple[object, ...]]:
         conn.close()
 
 
-async def test_appends_take_the_raw_writer_and_write_what_the_orm_path_writes(
+async def test_writes_take_the_sqlite3_writer_and_store_sqlalchemys_text(
     store: Store, db_url: str
 ) -> None:
     assert store.db.appender is not None
@@ -61,7 +62,7 @@ async def test_appends_take_the_raw_writer_and_write_what_the_orm_path_writes(
     assert "BEGIN IMMEDIATE" in statements and "COMMIT" in statements
 
     path = Path(db_url)
-    # the first message went through the ORM (create_thread), the second through sqlite3
+    # both as SQLAlchemy's DateTime wrote SQLite timestamps: naive UTC with microseconds
     (first, second) = _rows(path, "SELECT created_at, format FROM messages ORDER BY seq")
     assert len(str(first[0])) == len(str(second[0])) == len("2026-01-01 00:00:00.000000")
     assert first[1] == second[1]
@@ -75,7 +76,7 @@ async def test_appends_take_the_raw_writer_and_write_what_the_orm_path_writes(
     assert [(u.thread_id, u.responses) for u in await store.usage.totals(thread_id=tid)] == [
         (tid, 1)
     ]
-    # the thread reads back as the ORM wrote it: the pending id is answered next
+    # the thread reads back as written: the pending id is answered next
     answer = NewMessage(role="user", content=[ToolResultBlock(tool_use_id="t1", content="ok")])
     assert [m.seq for m in await store.append(tid, answer)] == [3]
     assert [h.seq for h in await store.search("grep")] == [2]
@@ -147,7 +148,7 @@ async def test_a_cancelled_append_waiting_for_the_queue_is_not_written_later(
     with _held(queue):
         task = asyncio.create_task(
             appender.run(
-                lambda c: c.execute("UPDATE threads SET title = 'late'"),
+                lambda tx: tx.execute("UPDATE threads SET title = 'late'"),
                 queue_fd=writer_queue.file(),
             )
         )
