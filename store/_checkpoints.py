@@ -8,10 +8,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from . import _threads
-from ._history import History
 from ._sqlite import Tx, utcnow
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the store's own, lent: importing it here would stack the store deeper
+    from ._history import History
     from ._writer import Writer
 
 _KEY = "thread_id = :thread AND seq = :seq"

@@ -4,15 +4,15 @@ the queue that lets workers run in other processes later."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from . import _threads
+from . import _messages, _threads
 from ._invariants import check_append
 from ._sqlite import Tx, utcnow
-from .models import Kind, NewMessage, Status, ThreadInfo
+from .models import Kind, NewMessage, Result, Status, ThreadInfo
 from .refs import new_id
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def spawn(
     if row is not None:
         return _threads.get(tx, row[0]), False
     job, status = _threads.job_of(tx, lead_id), str(Status.QUEUED)
-    _threads.insert(tx, now, messages, status=status, parent_id=lead_id, job_id=job, **values)
+    _messages.new_thread(tx, now, messages, status=status, parent_id=lead_id, job_id=job, **values)
     stamp = tx.time(now)
     tx.execute(
         "INSERT INTO dispatches (lead_id, tool_use_id, task_index, task_key, worker_id, status,"
@@ -67,6 +67,26 @@ def set_status(tx: Tx, worker_id: str, status: str, now: datetime) -> None:
         "UPDATE dispatches SET status = :status, updated_at = :now WHERE worker_id = :worker",
         {"status": status, "now": tx.time(now), "worker": worker_id},
     )
+
+
+def finish(
+    tx: Tx,
+    thread_id: str,
+    owner: str,
+    status: Status,
+    *,
+    now: datetime,
+    error: str | None,
+    result: Result | None,
+) -> ThreadInfo:
+    """``Store.finish``'s transaction: the terminal status under the lease (``LeaseLost``
+    writes nothing), the lease released, the thread's dispatch row (if any) marked."""
+    info = _threads.set_status(
+        tx, thread_id, status, now=now, error=error, result=result, lease_owner=owner
+    )
+    _threads.release_lease(tx, thread_id, owner)
+    set_status(tx, thread_id, str(status), now)
+    return info
 
 
 def of_lead(tx: Tx, lead_id: str, tool_use_id: str | None) -> list[Dispatch]:
@@ -93,44 +113,54 @@ class Dispatches:
         tool_use_id: str,
         task_index: int,
         task_key: str | None,
-        kind: Kind = Kind.WORKER,
-        title: str = "",
-        task: dict[str, Any] | None = None,
-        system_prompt: str | None = None,
-        tools: Sequence[str] = (),
-        model: str | None = None,
-        messages: Sequence[NewMessage] = (),
-        thread_id: str | None = None,
+        **worker: Any,
     ) -> tuple[ThreadInfo, bool]:
         """The worker thread for task ``task_index`` of the lead's ``tool_use_id``: created with
         its dispatch row in one transaction, or — when that dispatch already exists (a replayed
-        lead turn) — the existing worker. Returns (thread, created). ``thread_id`` lets the
-        caller choose the new thread's id (e.g. to name it in the worker's own system prompt)."""
-        tid = thread_id or new_id()
+        lead turn) — the existing worker. Returns (thread, created). ``worker``: ``kind``
+        (default worker), ``title``, ``task``, ``system_prompt``, ``tools``, ``model``,
+        ``messages``, and ``thread_id`` to choose the new thread's id (e.g. to name it in the
+        worker's own system prompt)."""
+        spec = {**worker, "task_index": task_index, "task_key": task_key}
+        [found] = await self.spawn_all(lead_id=lead_id, tool_use_id=tool_use_id, workers=[spec])
+        return found
+
+    async def spawn_all(
+        self, *, lead_id: str, tool_use_id: str, workers: Sequence[Mapping[str, Any]]
+    ) -> list[tuple[ThreadInfo, bool]]:
+        """``spawn`` for every task of one lead ``tool_use``, in one transaction (a 100-task
+        dispatch is one commit, not 100): each mapping holds ``spawn``'s keywords after
+        ``lead_id``/``tool_use_id``. Returns (thread, created) per mapping, in order."""
         now = utcnow()
-        check_append((), 0, messages)
-        values = {
-            "id": tid,
-            "kind": str(kind),
-            "title": title,
-            "task": task,
-            "system_prompt": system_prompt,
-            "tools": list(tools),
-            "model": model,
-        }
-        return await self._writer.run(
-            lambda tx: spawn(
-                tx,
-                now,
-                messages,
-                lead_id=lead_id,
-                tool_use_id=tool_use_id,
-                task_index=task_index,
-                task_key=task_key,
-                **values,
-            ),
-            where="spawning a worker",
-        )
+        calls = []
+        for raw in workers:
+            w = dict(raw)
+            messages = w.pop("messages", ())
+            check_append((), 0, messages)  # refused before anything is written
+            index, key = w.pop("task_index"), w.pop("task_key")
+            values = {
+                "id": w.pop("thread_id", None) or new_id(),
+                "kind": str(Kind(w.pop("kind", Kind.WORKER))),
+                "title": w.pop("title", ""),
+                "task": w.pop("task", None),
+                "system_prompt": w.pop("system_prompt", None),
+                "tools": list(w.pop("tools", ())),
+                "model": w.pop("model", None),
+            }
+            if w:
+                raise TypeError(f"unknown spawn keywords: {', '.join(sorted(w))}")
+            calls.append((index, key, messages, values))
+
+        def fn(tx: Tx) -> list[tuple[ThreadInfo, bool]]:
+            return [
+                spawn(
+                    tx, now, msgs, lead_id=lead_id, tool_use_id=tool_use_id,
+                    task_index=index, task_key=key, **values,
+                )
+                for index, key, msgs, values in calls
+            ]  # fmt: skip
+
+        return await self._writer.run(fn, where="spawning workers")
 
     async def of_lead(self, lead_id: str, tool_use_id: str | None = None) -> list[Dispatch]:
         """The lead's dispatches (of one ``tool_use`` id), in the order they were made."""

@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy import event, exc
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from ._readsql import revision
 from ._schema import SCHEMA_HEAD as SCHEMA_HEAD  # defined where the fast path reads it
 from ._sqlite import (
     BUSY_TIMEOUT_MS,
@@ -328,7 +329,7 @@ class Database:
         SQLite serialises on ``BEGIN IMMEDIATE``, PostgreSQL on an advisory lock, and the version
         is read again under that lock."""
         where = f"migrating {self.display}"
-        if await self.read(_revision, where=where, inline=True) == SCHEMA_HEAD:
+        if await self.read(revision, where=where, inline=True) == SCHEMA_HEAD:
             return None
         try:
             async with self.write_turn(where), self.writer.begin() as conn:
@@ -351,20 +352,6 @@ class Database:
             self.queue.close()
         if self.reader is not self.writer:
             await self.reader.dispose()
-
-
-def _revision(tx: Tx) -> str | None:
-    """The schema's revision (None: not migrated yet)."""
-    if tx.postgres:
-        found = tx.fetchone("SELECT to_regclass('alembic_version') IS NOT NULL")
-        if not (found and found[0]):
-            return None
-    elif not tx.fetchall(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
-    ):
-        return None
-    rows = tx.fetchall("SELECT version_num FROM alembic_version")
-    return str(rows[0][0]) if rows else None
 
 
 @contextlib.asynccontextmanager

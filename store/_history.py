@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import NoReturn
 
-from . import _threads
+from . import _messages, _threads
 from ._readsql import CHAIN_SQL, HEAD_SQL, HISTORY_SQL, JOINED_CHUNK_SQL, JOINED_SEP, segments
 from ._sqlite import Later, Tx
 from ._stored import CHUNK_ROWS, gc_paused, joined_chunk, segment_messages
@@ -119,7 +119,7 @@ class History:
         """``Store.fork`` inside its transaction: the fork point checked, one thread row."""
         src = _threads.get(tx, source_id)
         point = self._fork_point(tx, src, at)
-        _threads.insert(
+        _messages.new_thread(
             tx,
             now,
             messages,

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from .errors import InvariantError
-from .models import NewMessage, ThinkingBlock, ToolResultBlock, ToolUseBlock
+
+if TYPE_CHECKING:  # blocks are told by their ``type``: this module sits low in the store
+    from .models import NewMessage
 
 
 def check_append(
@@ -34,12 +37,12 @@ def check_append(
         if seq == 1 and msg.role != "user":
             raise InvariantError(f"{where}: a thread starts with a user message")
         if msg.role == "user":
-            bad = [b.type for b in msg.content if isinstance(b, ToolUseBlock | ThinkingBlock)]
+            bad = [b.type for b in msg.content if b.type in ("tool_use", "thinking")]
             if bad:
                 raise InvariantError(f"{where}: a user message cannot hold {bad[0]} blocks")
-            results = [b for b in msg.content if isinstance(b, ToolResultBlock)]
+            results: list[Any] = [b for b in msg.content if b.type == "tool_result"]
             n = len(results)
-            if n and not all(isinstance(b, ToolResultBlock) for b in msg.content[:n]):
+            if n and not all(b.type == "tool_result" for b in msg.content[:n]):
                 raise InvariantError(f"{where}: tool_result blocks must come first in the message")
             got = Counter(r.tool_use_id for r in results)
             dupes = sorted(i for i, c in got.items() if c > 1)
@@ -64,11 +67,11 @@ def check_append(
                     f"{where}: message {seq - 1} has unanswered tool_use"
                     f" {', '.join(state)}; only their tool_results may come next"
                 )
-            if any(isinstance(b, ToolResultBlock) for b in msg.content):
+            if any(b.type == "tool_result" for b in msg.content):
                 raise InvariantError(
                     f"{where}: an assistant message cannot hold tool_result blocks"
                 )
-            ids = [b.id for b in msg.content if isinstance(b, ToolUseBlock)]
+            ids = [b.id for b in msg.content if b.type == "tool_use"]
             if len(set(ids)) != len(ids):
                 raise InvariantError(f"{where}: duplicate tool_use ids")
             state = tuple(ids)

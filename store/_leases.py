@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from . import _dispatches, _threads
+from . import _threads
 from ._engine import finish_uncancelled
 from ._liveness import owner_is_dead
 from ._sqlite import LockTimeout, Tx, utcnow
 from .errors import LeaseHeld, LeaseLost
-from .models import Result, Status, ThreadInfo
+from .models import Status, ThreadInfo
 from .refs import format_ref
 
 if TYPE_CHECKING:
@@ -34,11 +34,6 @@ LOCK_WAIT_S = 2.0
 """How long taking a lease waits for the thread's row on PostgreSQL (``_lock_row``)."""
 STALLED_S = 10.0
 """A write transaction silent this long is a stalled writer's (``end_stalled``)."""
-
-_RELEASE = (
-    "UPDATE threads SET lease_owner = NULL, lease_expires_at = NULL"
-    " WHERE id = :id AND lease_owner = :owner"
-)
 
 
 class Lease:
@@ -157,8 +152,7 @@ def renew(tx: Tx, thread_id: str, owner: str, ttl_s: float) -> bool:
     )
 
 
-def release(tx: Tx, thread_id: str, owner: str) -> bool:
-    return tx.execute(_RELEASE, {"id": thread_id, "owner": owner}) == 1
+release = _threads.release_lease
 
 
 def abandon(tx: Tx, thread_id: str, owner: str, now: datetime) -> None:
@@ -167,26 +161,6 @@ def abandon(tx: Tx, thread_id: str, owner: str, now: datetime) -> None:
     ``interrupted``."""
     if release(tx, thread_id, owner) and _threads.get(tx, thread_id).status == Status.RUNNING:
         _threads.set_status(tx, thread_id, Status.INTERRUPTED, now=now, error="interrupted")
-
-
-def finish(
-    tx: Tx,
-    thread_id: str,
-    owner: str,
-    status: Status,
-    *,
-    now: datetime,
-    error: str | None,
-    result: Result | None,
-) -> ThreadInfo:
-    """``Store.finish``'s transaction: the terminal status under the lease (``LeaseLost``
-    writes nothing), the lease released, the dispatch row marked."""
-    info = _threads.set_status(
-        tx, thread_id, status, now=now, error=error, result=result, lease_owner=owner
-    )
-    release(tx, thread_id, owner)
-    _dispatches.set_status(tx, thread_id, str(status), now)
-    return info
 
 
 class Leases:

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from . import _outputs, _search
+from . import _outputs, _search, _threads
 from ._invariants import check_append
 from ._ledger import INSERT_USAGE, usage_row
 from ._outputs import OutputFile
 from ._sqlite import Tx, json_value, utcnow
 from .errors import InvariantError, LeaseLost, StoreError, ThreadNotFound
-from .models import CONTENT_FORMAT, Message, NewMessage, UsageRecord
+from .models import CONTENT_FORMAT, Message, NewMessage, ThreadInfo, UsageRecord
 from .refs import format_ref
 
 INSERT_MESSAGE = (
@@ -80,16 +80,37 @@ def rows_of(
     return rows, texts, out
 
 
-def insert(
-    tx: Tx, thread_id: str, first_seq: int, msgs: Sequence[NewMessage], now: datetime
+def new_thread(
+    tx: Tx, now: datetime, messages: Sequence[NewMessage], *, after_seq: int = 0, **values: Any
 ) -> None:
-    """The first messages of a new thread (already checked by the caller)."""
-    if _outputs.needs_apart(msgs, None):
-        msgs = _outputs.store_apart(tx, thread_id, first_seq, msgs, None)
-    rows, texts, _ = rows_of(tx, thread_id, first_seq, msgs, now)
+    """One thread row (its history starting after ``after_seq``: a fork's point) and its
+    first ``messages``, validated against the pairing invariant before anything is written."""
+    pending = check_append((), after_seq, messages)
+    tid, first = values["id"], after_seq + 1
+    _threads.insert(tx, now, head_seq=after_seq + len(messages), pending=pending, **values)
+    if _outputs.needs_apart(messages, None):
+        messages = _outputs.store_apart(tx, tid, first, messages, None)
+    rows, texts, _ = rows_of(tx, tid, first, messages, now)
     if rows:
         tx.executemany(INSERT_MESSAGE, rows)
         tx.executemany(_search.INSERT, texts)
+
+
+def create(
+    tx: Tx,
+    now: datetime,
+    messages: Sequence[NewMessage],
+    *,
+    job_id: str | None,
+    parent_id: str | None,
+    **values: Any,
+) -> ThreadInfo:
+    """A new thread of ``job_id``, else of its parent's job, else a job of its own."""
+    job = job_id
+    if job is None and parent_id is not None:
+        job = _threads.job_of(tx, parent_id)
+    new_thread(tx, now, messages, parent_id=parent_id, job_id=job or values["id"], **values)
+    return _threads.get(tx, values["id"])
 
 
 @dataclass(slots=True)

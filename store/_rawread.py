@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from . import _readsql
 from ._liveness import lease_gone
 from ._rawmodels import (
     RawFork,
@@ -48,14 +49,11 @@ from ._rawmodels import (
     stamp,
     strs,
 )
-from ._readsql import CHAIN_SQL, MESSAGES_SQL, fts5_rows, row_limit, segments
+from ._readsql import CHAIN_SQL, MESSAGES_SQL, THREAD_SELECT, fts5_rows, row_limit, segments
 from ._schema import SCHEMA_HEAD
-from .errors import AmbiguousRef, ThreadNotFound
-from .refs import ThreadRef, anchor_range, format_ref, is_full_id, prefix_upper
-
-BUSY_TIMEOUT_MS = 30_000
-"""As ``store._engine.BUSY_TIMEOUT_MS`` (a test checks they agree)."""
-
+from ._sqlite import BUSY_TIMEOUT_MS, SqliteTx
+from .errors import ThreadNotFound
+from .refs import ThreadRef, anchor_range, format_ref
 
 KINDS = ("lead", "worker", "reader")
 STATUSES = ("idle", "queued", "running", "done", "failed", "interrupted", "cancelled")
@@ -77,23 +75,17 @@ def open_at_head(path: Path) -> sqlite3.Connection:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute("PRAGMA query_only = ON")
         conn.execute("BEGIN")
-        rows = conn.execute("SELECT version_num FROM alembic_version").fetchall()
+        found = _readsql.revision(SqliteTx(conn))
     except sqlite3.Error as err:
         conn.close()
         raise Unsupported(f"{path}: no readable schema version ({err})") from err
-    if [tuple(r) for r in rows] != [(SCHEMA_HEAD,)]:
+    if found != SCHEMA_HEAD:
         conn.close()
-        raise Unsupported(f"{path}: schema {rows!r} is not at {SCHEMA_HEAD}")
+        raise Unsupported(f"{path}: schema {found!r} is not at {SCHEMA_HEAD}")
     return conn
 
 
 # ----------------------------------------------------------------- threads
-
-_THREAD_SQL = (
-    "SELECT id, kind, title, status, parent_id, forked_from_id, forked_at_seq, job_id, task,"
-    " system_prompt, tools, model, result, error, version, head_seq, lease_owner,"
-    " lease_expires_at, created_at, updated_at FROM threads"
-)
 
 
 def _thread(row: Sequence[Any]) -> RawThread:
@@ -139,10 +131,7 @@ def as_seen(info: RawThread, now: datetime | None = None) -> RawThread:
 
 def get_thread(conn: sqlite3.Connection, thread_id: str) -> RawThread:
     """``Store.get_thread``."""
-    row = conn.execute(_THREAD_SQL + " WHERE id = ?", (thread_id,)).fetchone()
-    if row is None:
-        raise ThreadNotFound(f"no thread {format_ref(thread_id)}")
-    return as_seen(_thread(row))
+    return as_seen(_thread(_readsql.thread_row(SqliteTx(conn), thread_id)))
 
 
 def list_threads(
@@ -171,7 +160,7 @@ def list_threads(
     if kind is not None:
         where.append("kind = ?")
         params.append(kind)
-    sql = _THREAD_SQL + (" WHERE " + " AND ".join(where) if where else "")
+    sql = THREAD_SELECT + (" WHERE " + " AND ".join(where) if where else "")
     sql += " ORDER BY id" + ("" if oldest_first else " DESC")
     limit = row_limit(limit)
     if limit is not None and not live_dependent:
@@ -194,24 +183,7 @@ def job_tree(conn: sqlite3.Connection, job_id: str) -> list[RawThread]:
 def resolve(conn: sqlite3.Connection, ref: str) -> tuple[RawThread, int | None, int | None]:
     """``Store.resolve``: (thread, start, end) — the same errors, word for word."""
     parsed = ThreadRef.parse(ref)
-    if is_full_id(parsed.id):
-        row = conn.execute(_THREAD_SQL + " WHERE id = ?", (parsed.id,)).fetchone()
-        if row is None:
-            raise ThreadNotFound(f"no thread {format_ref(parsed.id)}")
-    else:
-        rows = conn.execute(
-            _THREAD_SQL + " WHERE id >= ? AND id < ? ORDER BY id LIMIT 11",
-            (parsed.id, prefix_upper(parsed.id)),
-        ).fetchall()
-        if not rows:
-            raise ThreadNotFound(f"no thread matches {format_ref(parsed.id)}")
-        if len(rows) > 1:
-            cands = [format_ref(r[0]) for r in rows[:10]]
-            more = " …" if len(rows) > 10 else ""
-            raise AmbiguousRef(
-                f"{format_ref(parsed.id)} is ambiguous: {', '.join(cands)}{more}", cands
-            )
-        row = rows[0]
+    row = _readsql.thread_row(SqliteTx(conn), parsed.id)
     info = as_seen(_thread(row))
     start, end = anchor_range(parsed, info.id, info.head_seq)
     return info, start, end
@@ -230,14 +202,16 @@ def messages(
     conn: sqlite3.Connection, thread_id: str, *, start: int = 1, end: int | None = None
 ) -> list[RawMessage]:
     """``Store.messages``: the visible history across the fork chain, or ``start..end``."""
-    chain_rows = conn.execute(CHAIN_SQL, (thread_id,)).fetchall()
+    chain_rows = conn.execute(CHAIN_SQL, {"id": thread_id}).fetchall()
     if not chain_rows:
         raise ThreadNotFound(f"no thread {format_ref(thread_id)}")
     head = int(chain_rows[0][2])
     chain = [(str(r[0]), int(r[1])) for r in chain_rows]
     out: list[RawMessage] = []
     for owner, lo, hi in segments(head, chain, start, end):
-        for tid, seq, role, content, created in conn.execute(MESSAGES_SQL, (owner, lo, hi)):
+        for tid, seq, role, content, created in conn.execute(
+            MESSAGES_SQL, {"owner": owner, "lo": lo, "hi": hi}
+        ):
             if role not in ("user", "assistant"):
                 raise Unsupported(f"role {role!r}")
             blocks = json.loads(content)
@@ -258,40 +232,14 @@ def message(conn: sqlite3.Connection, thread_id: str, seq: int) -> RawMessage:
 
 # ----------------------------------------------------------------- usage
 
-_USAGE_SQL = (
-    "SELECT usage.thread_id, coalesce(sum(usage.input_tokens), ?),"
-    " coalesce(sum(usage.output_tokens), ?), coalesce(sum(usage.cache_read_input_tokens), ?),"
-    " coalesce(sum(usage.cache_creation_input_tokens), ?), coalesce(sum(usage.cost_usd), ?),"
-    " count(*) FROM usage"
-)
-
 
 def usage_totals(
     conn: sqlite3.Connection, *, thread_id: str | None = None, job_id: str | None = None
 ) -> list[RawUsageTotal]:
-    """``store.usage.totals``: usage summed per thread — the same SQL, so the same sums in
-    the same order (floating-point cost sums depend on it)."""
-    sql, params = _USAGE_SQL, list[Any]([0, 0, 0, 0, 0.0])
-    where = []
-    if job_id is not None:
-        sql += " JOIN threads ON threads.id = usage.thread_id"
-    if thread_id is not None:
-        where.append("usage.thread_id = ?")
-        params.append(thread_id)
-    if job_id is not None:
-        where.append("threads.job_id = ?")
-        params.append(job_id)
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += " GROUP BY usage.thread_id ORDER BY usage.thread_id"
+    """``store.usage.totals``: the store's own statement (``_readsql.usage_totals``)."""
     return [
-        RawUsageTotal(
-            thread_id=r[0],
-            usage=RawUsage(int(r[1]), int(r[2]), int(r[3]), int(r[4])),
-            cost_usd=float(r[5]),
-            responses=int(r[6]),
-        )
-        for r in conn.execute(sql, params)
+        RawUsageTotal(tid, RawUsage(*sums[:4]), sums[4], sums[5])
+        for tid, *sums in _readsql.usage_totals(SqliteTx(conn), thread_id=thread_id, job_id=job_id)
     ]
 
 

@@ -9,7 +9,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .errors import SearchQueryError
+from .errors import AmbiguousRef, SearchQueryError, ThreadNotFound
+from .refs import format_ref, is_full_id, prefix_upper
 
 SNIPPET_WORDS = 16
 
@@ -53,6 +54,82 @@ JOINED_CHUNK_SQL = (
 commas, the roles and the timestamps each joined by ``JOINED_SEP``), in seq order — the
 aggregate reads its ordered subquery in order, which SQLite never flattens into an aggregate
 (``_stored.joined_chunk``)."""
+
+
+THREAD_COLUMNS = (
+    "id, kind, title, status, parent_id, forked_from_id, forked_at_seq, job_id, task,"
+    " system_prompt, tools, model, result, error, version, head_seq, lease_owner,"
+    " lease_expires_at, created_at, updated_at"
+)
+THREAD_SELECT = f"SELECT {THREAD_COLUMNS} FROM threads"
+"""A thread's row, in ``ThreadInfo``'s field order (``_threads.thread_from_row``)."""
+
+
+def thread_row(tx: Any, ident: str) -> Sequence[Any]:
+    """The ``THREAD_SELECT`` row of the thread ``ident`` names: a full id, or the one thread
+    whose id starts with it (``AmbiguousRef`` lists up to ten; ``ThreadNotFound``).
+
+    A prefix is a half-open range ``[prefix, prefix_upper(prefix))`` compared byte by byte:
+    SQLite compares our columns with BINARY (so its primary-key index still serves the range);
+    PostgreSQL compares ``COLLATE "C"``, since under a linguistic collation (ICU en-US,
+    en_US.UTF-8) neither ``'~'`` nor any other character is guaranteed to sort after every id
+    character (``id < p || '~'`` matched nothing there)."""
+    if is_full_id(ident):
+        rows: list[Sequence[Any]] = tx.fetchall(THREAD_SELECT + " WHERE id = :id", {"id": ident})
+        if not rows:
+            raise ThreadNotFound(f"no thread {format_ref(ident)}")
+        return rows[0]
+    col = 'id COLLATE "C"' if tx.postgres else "id"
+    rows = tx.fetchall(
+        f"{THREAD_SELECT} WHERE {col} >= :lo AND {col} < :hi ORDER BY id LIMIT 11",
+        {"lo": ident, "hi": prefix_upper(ident)},
+    )
+    if not rows:
+        raise ThreadNotFound(f"no thread matches {format_ref(ident)}")
+    if len(rows) > 1:
+        cands = [format_ref(r[0]) for r in rows[:10]]
+        more = " …" if len(rows) > 10 else ""
+        raise AmbiguousRef(f"{format_ref(ident)} is ambiguous: {', '.join(cands)}{more}", cands)
+    return rows[0]
+
+
+def revision(tx: Any) -> str | None:
+    """The schema's Alembic revision (None: not migrated yet)."""
+    if tx.postgres:
+        found = tx.fetchone("SELECT to_regclass('alembic_version') IS NOT NULL")
+        if not (found and found[0]):
+            return None
+    elif not tx.fetchall(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+    ):
+        return None
+    rows = tx.fetchall("SELECT version_num FROM alembic_version")
+    return str(rows[0][0]) if rows else None
+
+
+def usage_totals(tx: Any, *, thread_id: str | None, job_id: str | None) -> list[tuple[Any, ...]]:
+    """``store.usage.totals``'s statement (the fast path's too): usage summed per thread,
+    ``(thread_id, input, output, cache read, cache creation, cost, responses)`` by thread id:
+    of one thread, of every thread of a job, or of every thread."""
+    sql = (
+        "SELECT usage.thread_id, coalesce(sum(usage.input_tokens), 0),"
+        " coalesce(sum(usage.output_tokens), 0), coalesce(sum(usage.cache_read_input_tokens), 0),"
+        " coalesce(sum(usage.cache_creation_input_tokens), 0), coalesce(sum(usage.cost_usd), 0.0),"
+        " count(*) FROM usage"
+    )
+    where = []
+    if job_id is not None:
+        sql += " JOIN threads ON threads.id = usage.thread_id"
+        where.append("threads.job_id = :job")
+    if thread_id is not None:
+        where.append("usage.thread_id = :thread")
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " GROUP BY usage.thread_id ORDER BY usage.thread_id"
+    rows = tx.fetchall(sql, {"job": job_id, "thread": thread_id})
+    return [
+        (r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), float(r[5]), int(r[6])) for r in rows
+    ]
 
 
 def segments(

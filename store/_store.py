@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from . import _dispatches, _leases, _outputs, _search, _threads
+from . import _dispatches, _messages, _outputs, _search, _threads
 from ._checkpoints import Checkpoints
 from ._dispatches import Dispatches
 from ._engine import Database
@@ -25,7 +25,7 @@ from ._leases import Lease, Leases
 from ._ledger import Ledger
 from ._liveness import as_seen
 from ._outputs import OutputFile
-from ._readsql import row_limit
+from ._readsql import row_limit, thread_row
 from ._sqlite import Tx, utcnow
 from ._writer import Writer
 from .errors import ThreadNotFound
@@ -40,7 +40,7 @@ from .models import (
     ToolResultBlock,
     UsageRecord,
 )
-from .refs import ResolvedRef, ThreadRef, anchor_range, format_ref, is_full_id, new_id
+from .refs import ResolvedRef, ThreadRef, anchor_range, format_ref, new_id
 
 
 class Store:
@@ -110,7 +110,7 @@ class Store:
             "model": model,
         }
         return await self._writer.run(
-            lambda tx: _threads.create(
+            lambda tx: _messages.create(
                 tx, now, messages, job_id=job_id, parent_id=parent_id, **values
             ),
             where="creating a thread",
@@ -229,9 +229,12 @@ class Store:
         """A ref or unique id prefix → its thread (and range). Ambiguous prefixes raise
         ``AmbiguousRef`` listing the candidates; anchors past the end raise ``ThreadNotFound``."""
         parsed = ThreadRef.parse(ref) if isinstance(ref, str) else ref
-        find = _threads.get if is_full_id(parsed.id) else _threads.by_prefix
         info = as_seen(
-            await self.db.read(lambda tx: find(tx, parsed.id), where="resolving a ref", inline=True)
+            await self.db.read(
+                lambda tx: _threads.thread_from_row(thread_row(tx, parsed.id)),
+                where="resolving a ref",
+                inline=True,
+            )
         )
         start, end = anchor_range(parsed, info.id, info.head_seq)
         return ResolvedRef(info, start, end)
@@ -361,7 +364,9 @@ class Store:
         tid, owner, now = lease.thread_id, lease.owner, utcnow()
         lease.ending = True
         info = await self._writer.run(
-            lambda tx: _leases.finish(tx, tid, owner, status, now=now, error=error, result=result),
+            lambda tx: _dispatches.finish(
+                tx, tid, owner, status, now=now, error=error, result=result
+            ),
             where="finishing a run",
             terminal=True,
         )
@@ -376,36 +381,9 @@ class Store:
         after ``lead_id``/``tool_use_id``: ``task_index`` and ``task_key`` (required),
         ``thread_id``, ``kind``, ``title``, ``task``, ``system_prompt``, ``tools``, ``model``,
         ``messages``. Returns (thread, created) per mapping, in order."""
-        now = utcnow()
-        calls = []
-        for raw in workers:
-            w = dict(raw)
-            messages = w.pop("messages", ())
-            check_append((), 0, messages)
-            index, key = w.pop("task_index"), w.pop("task_key")
-            values = {
-                "id": w.pop("thread_id", None) or new_id(),
-                "kind": str(Kind(w.pop("kind", Kind.WORKER))),
-                "title": w.pop("title", ""),
-                "task": w.pop("task", None),
-                "system_prompt": w.pop("system_prompt", None),
-                "tools": list(w.pop("tools", ())),
-                "model": w.pop("model", None),
-            }
-            if w:
-                raise TypeError(f"unknown spawn keywords: {', '.join(sorted(w))}")
-            calls.append((index, key, messages, values))
-
-        def fn(tx: Tx) -> list[tuple[ThreadInfo, bool]]:
-            return [
-                _dispatches.spawn(
-                    tx, now, msgs, lead_id=lead_id, tool_use_id=tool_use_id,
-                    task_index=index, task_key=key, **values,
-                )
-                for index, key, msgs, values in calls
-            ]  # fmt: skip
-
-        return await self._writer.run(fn, where="spawning workers")
+        return await self.dispatches.spawn_all(
+            lead_id=lead_id, tool_use_id=tool_use_id, workers=workers
+        )
 
     async def set_result(self, thread_id: str, result: Result) -> None:
         values = {"result": result.model_dump(mode="json", exclude_none=True)}

@@ -13,21 +13,15 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from . import _messages
-from ._invariants import check_append
 from ._liveness import as_seen
+from ._readsql import THREAD_SELECT
 from ._redact import redact
 from ._sqlite import Tx, as_time, json_value, utcnow
-from .errors import AmbiguousRef, LeaseLost, StatusError, ThreadNotFound
-from .models import ForkOrigin, Kind, NewMessage, Result, Status, ThreadInfo
-from .refs import format_ref, prefix_upper
+from .errors import LeaseLost, StatusError, ThreadNotFound
+from .models import ForkOrigin, Kind, Result, Status, ThreadInfo
+from .refs import format_ref
 
-COLUMNS = (
-    "id, kind, title, status, parent_id, forked_from_id, forked_at_seq, job_id, task,"
-    " system_prompt, tools, model, result, error, version, head_seq, lease_owner,"
-    " lease_expires_at, created_at, updated_at"
-)
-SELECT = f"SELECT {COLUMNS} FROM threads"
+SELECT = THREAD_SELECT
 _JSON = frozenset({"task", "tools", "result", "pending_tool_ids"})
 
 ALLOWED: dict[Status, frozenset[Status]] = {
@@ -86,17 +80,13 @@ def job_of(tx: Tx, thread_id: str) -> str:
     return str(row[0])
 
 
-def insert(
-    tx: Tx, now: datetime, messages: Sequence[NewMessage], *, after_seq: int = 0, **values: Any
-) -> None:
-    """One thread row (its history starting after ``after_seq``: a fork's point) and its
-    first ``messages``, validated against the pairing invariant before anything is written."""
-    pending = check_append((), after_seq, messages)
+def insert(tx: Tx, now: datetime, *, head_seq: int, pending: Sequence[str], **values: Any) -> None:
+    """One thread row (``_messages.new_thread`` writes it with its first messages)."""
     stamp = tx.time(now)
     row = {
         **values,
         "version": 1,
-        "head_seq": after_seq + len(messages),
+        "head_seq": head_seq,
         "pending_tool_ids": list(pending),
         "created_at": stamp,
         "updated_at": stamp,
@@ -105,46 +95,6 @@ def insert(
         f"INSERT INTO threads ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})",
         {k: json.dumps(v) if k in _JSON else v for k, v in row.items()},
     )
-    _messages.insert(tx, values["id"], after_seq + 1, messages, now)
-
-
-def create(
-    tx: Tx,
-    now: datetime,
-    messages: Sequence[NewMessage],
-    *,
-    job_id: str | None,
-    parent_id: str | None,
-    **values: Any,
-) -> ThreadInfo:
-    """A new thread of ``job_id``, else of its parent's job, else a job of its own."""
-    job = job_id
-    if job is None and parent_id is not None:
-        job = job_of(tx, parent_id)
-    insert(tx, now, messages, parent_id=parent_id, job_id=job or values["id"], **values)
-    return get(tx, values["id"])
-
-
-def by_prefix(tx: Tx, prefix: str) -> ThreadInfo:
-    """The one thread whose id starts with ``prefix``; ``AmbiguousRef`` lists up to ten.
-
-    A half-open range ``[prefix, prefix_upper(prefix))`` compared byte by byte: SQLite compares
-    our columns with BINARY (so its primary-key index still serves the range); on PostgreSQL the
-    comparison is made ``COLLATE "C"``, since under a linguistic collation (ICU en-US,
-    en_US.UTF-8) neither ``'~'`` nor any other character is guaranteed to sort after every id
-    character (``id < p || '~'`` matched nothing there)."""
-    col = 'id COLLATE "C"' if tx.postgres else "id"
-    rows = tx.fetchall(
-        f"{SELECT} WHERE {col} >= :lo AND {col} < :hi ORDER BY id LIMIT 11",
-        {"lo": prefix, "hi": prefix_upper(prefix)},
-    )
-    if not rows:
-        raise ThreadNotFound(f"no thread matches {format_ref(prefix)}")
-    if len(rows) > 1:
-        cands = [format_ref(r[0]) for r in rows[:10]]
-        more = " …" if len(rows) > 10 else ""
-        raise AmbiguousRef(f"{format_ref(prefix)} is ambiguous: {', '.join(cands)}{more}", cands)
-    return thread_from_row(rows[0])
 
 
 def listing(
@@ -260,6 +210,18 @@ def update(tx: Tx, thread_id: str, values: dict[str, Any], now: datetime) -> Thr
         if not done:
             raise ThreadNotFound(f"no thread {format_ref(thread_id)}")
     return get(tx, thread_id)
+
+
+def release_lease(tx: Tx, thread_id: str, owner: str) -> bool:
+    """Give up ``owner``'s lease on the thread; False when it held none."""
+    return (
+        tx.execute(
+            "UPDATE threads SET lease_owner = NULL, lease_expires_at = NULL"
+            " WHERE id = :id AND lease_owner = :owner",
+            {"id": thread_id, "owner": owner},
+        )
+        == 1
+    )
 
 
 def adopt(tx: Tx, thread_id: str, parent_id: str, now: datetime) -> ThreadInfo:

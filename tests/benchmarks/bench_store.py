@@ -490,10 +490,8 @@ async def build_thread(store: Store, n: int, rng: random.Random, *, batch: int =
 
 
 async def count_message_rows(store: Store) -> int:
-    async def fn(conn: Any) -> int:
-        return int(await conn.scalar(sa.text("SELECT count(*) FROM messages")))
-
-    return await store.db.read(fn)
+    rows = await store.db.read(lambda tx: tx.fetchall("SELECT count(*) FROM messages"))
+    return int(rows[0][0])
 
 
 async def bench_forks(store: Store, threads: dict[int, str], runs: int) -> dict[str, Any]:
@@ -562,13 +560,12 @@ async def bench_reads(store: Store, path: Path, big: str, runs: int) -> dict[str
     # what one read transaction costs through SQLAlchemy's async engine and aiosqlite, and the
     # same SELECT through it (no model validation)
     async def empty_read() -> Any:
-        return await store.db.read(lambda c: c.scalar(sa.text("SELECT 1")))
+        async with store.db.reader.connect() as c, c.begin():
+            return await c.scalar(sa.text("SELECT 1"))
 
     async def sa_rows() -> Any:
-        async def fn(c: Any) -> Any:
+        async with store.db.reader.connect() as c, c.begin():
             return (await c.execute(sa.text(sql), params)).all()
-
-        return await store.db.read(fn)
 
     got, got_chain = await direct(), await via_chain()  # warm caches
     assert [m.seq for m in got] == list(range(head - 49, head + 1))
