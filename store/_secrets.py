@@ -31,6 +31,7 @@ Standard library only and cheap to import: the command's fast path runs it first
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -38,8 +39,9 @@ import sys
 SECRET_NAME_MARKERS = ("KEY", "SECRET", "TOKEN", "PASSWORD")
 """A variable whose name contains one of these (any case) holds a secret."""
 CONFIGURED_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_AUTH_TOKEN")
-CREDENTIAL_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:[^/\s@]+@")
-"""``scheme://user:password@…`` (``THREADLOOM_DB=postgresql://u:pw@host/db``, a proxy URL)."""
+CREDENTIAL_URL = r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:[^/\s@]+@"
+"""``scheme://user:password@…`` (``THREADLOOM_DB=postgresql://u:pw@host/db``, a proxy URL);
+compiled on first use (``_credential_url``): the command imports this module first thing."""
 MIN_SECRET_CHARS = 8
 """A secret value shorter than this is not looked for inside other values (too many matches)."""
 
@@ -57,9 +59,14 @@ def secret_name(name: str) -> bool:
     return name in CONFIGURED_KEYS or any(m in upper for m in SECRET_NAME_MARKERS)
 
 
+@functools.cache
+def _credential_url() -> re.Pattern[str]:
+    return re.compile(CREDENTIAL_URL)
+
+
 def is_secret(name: str, value: str) -> bool:
     """Whether the variable ``name=value`` holds a secret (by its name, or a credential URL)."""
-    return secret_name(name) or ("://" in value and CREDENTIAL_URL.search(value) is not None)
+    return secret_name(name) or ("://" in value and _credential_url().search(value) is not None)
 
 
 def secret_variables(environ: dict[str, str]) -> dict[str, str]:
