@@ -44,7 +44,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import threading
 from collections import deque
 from collections.abc import Mapping
@@ -54,6 +53,7 @@ from pydantic import Field
 from store import MAX_OUTPUT_BYTES, OutputFile, secret_variables, taken_secrets
 
 from ._base import Tool, ToolContext, ToolInput, ToolOutput
+from ._pids import ProcessLimitUnavailable, helper_argv, process_limit
 from ._sandbox import bwrap_argv, sandbox_status
 
 MAX_TIMEOUT_S = 600.0
@@ -66,7 +66,6 @@ DRAIN_GRACE_S = 2.0
 """After the group is killed, how long to wait for the pipe to reach EOF: only a process that
 left the group (``setsid``) can hold it open longer, and we stop reading rather than wait on it."""
 _READ_SIZE = 1 << 20
-_HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_exec_helper.py")
 PR_SET_DUMPABLE = 4
 _undumpable = False
 
@@ -115,6 +114,12 @@ class BashTool(Tool[BashInput]):
         timeout = min(args.timeout_s or ctx.default_timeout_s, MAX_TIMEOUT_S)
         argv = ["bash", "-c", args.command]
         env = scrubbed_environment(os.environ, ctx.env)
+        try:
+            limit = process_limit()
+        except ProcessLimitUnavailable as exc:
+            return ToolOutput(
+                f"bash: not run: no process limit can be applied: {exc}", is_error=True
+            )
         sandboxed = False
         if ctx.sandbox != "none":
             status = sandbox_status()
@@ -123,6 +128,7 @@ class BashTool(Tool[BashInput]):
                     status.program,
                     argv,
                     workspace=ctx.workspace,
+                    limit=limit,
                     network=ctx.network,
                     hidden=ctx.hidden,
                 )
@@ -134,9 +140,13 @@ class BashTool(Tool[BashInput]):
                     is_error=True,
                 )
         if not sandboxed:
-            # The plain runner: the command's parent is the exec helper, not threadloom.
+            # The plain runner: the command's parent is the exec helper, not threadloom; it
+            # applies the process limit itself.
             _make_undumpable()
-            argv = [sys.executable, "-I", "-S", _HELPER, str(os.getpid()), *argv]
+            argv = [*helper_argv(limit.helper_arg(plain=True)), *argv]
+        elif limit.how == "supervisor":
+            # bwrap's wrapper applies a cgroup or RLIMIT_NPROC; the supervisor is the helper
+            argv = [*helper_argv(limit.helper_arg(plain=False)), *argv]
         try:
             # Popen, not asyncio's subprocess: see the module docstring. Spawning is quick (vfork).
             # Called on the event-loop thread: the helper's PR_SET_PDEATHSIG follows this thread.
