@@ -18,6 +18,7 @@ runs, writes down the environment it was given through a wrapper ahead of it on 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -33,6 +34,7 @@ import pytest
 from tests.e2e.conftest import Env, Result
 from tests.fakes.chat_api import FakeChatAPI
 from tests.fakes.messages_api import FakeMessagesAPI
+from tests.faults._corpus import git_init
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="reading every process's environ is what root can do"
@@ -117,21 +119,6 @@ def _git_wrapper(root: Path) -> tuple[Path, Path]:
     return bindir, log
 
 
-def _git_repo(ws: Path) -> None:
-    ident = {
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-    }
-    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=ws, check=True)
-    (ws / "a.txt").write_text("a\n")
-    subprocess.run(["git", "add", "a.txt"], cwd=ws, check=True)
-    subprocess.run(
-        ["git", "commit", "-qm", "init"], cwd=ws, check=True, env={**os.environ, **ident}
-    )
-
-
 def _tool_outputs(db: Path) -> str:
     import sqlite3
 
@@ -151,7 +138,7 @@ def _tool_outputs(db: Path) -> str:
 def test_a_worker_without_the_sandbox_finds_no_secret_in_any_environ_and_the_keys_still_work(
     env: Env, secrets: Secrets, control: str
 ) -> None:
-    _git_repo(env.ws)
+    git_init(env.ws)
     bindir, git_log = _git_wrapper(env.root)
     needles = [*secrets.needles().values(), control]
     threadloom_pid: list[int] = []
@@ -239,12 +226,21 @@ def _console_script() -> str:
     return str(script)
 
 
-@pytest.mark.parametrize("spelling", ["python -m orchestrator", "threadloom"])
-def test_mcp_over_stdio_holds_no_secret_in_its_environ(
-    env: Env, secrets: Secrets, spelling: str
-) -> None:
-    prog = [sys.executable, "-m", "orchestrator"] if spelling != "threadloom" else []
-    argv = [*(prog or [_console_script()]), "--db", str(env.db), "mcp"]
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+
+
+@contextlib.contextmanager
+def _running(argv: list[str], env: Env, secrets: Secrets) -> Iterator[subprocess.Popen[str]]:
+    """A long-running command started with the secrets, killed when the block ends."""
     proc = subprocess.Popen(
         argv,
         cwd=env.root,
@@ -255,41 +251,30 @@ def test_mcp_over_stdio_holds_no_secret_in_its_environ(
         env=secrets.env(),
     )
     try:
-        assert proc.stdin is not None and proc.stdout is not None
-        hello = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            },
-        }
-        proc.stdin.write(json.dumps(hello) + "\n")
-        proc.stdin.flush()
-        answer = proc.stdout.readline()  # it is up and serving
-        assert '"result"' in answer, answer
-        _check_clean(proc.pid, secrets)
+        yield proc
     finally:
         proc.kill()
         proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("spelling", ["python -m orchestrator", "threadloom"])
+def test_mcp_over_stdio_holds_no_secret_in_its_environ(
+    env: Env, secrets: Secrets, spelling: str
+) -> None:
+    prog = [sys.executable, "-m", "orchestrator"] if spelling != "threadloom" else []
+    with _running([*(prog or [_console_script()]), "--db", str(env.db), "mcp"], env, secrets) as p:
+        assert p.stdin is not None and p.stdout is not None
+        p.stdin.write(json.dumps(INITIALIZE) + "\n")
+        p.stdin.flush()
+        answer = p.stdout.readline()  # it is up and serving
+        assert '"result"' in answer, answer
+        _check_clean(p.pid, secrets)
 
 
 def test_serve_holds_no_secret_in_its_environ(env: Env, secrets: Secrets) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", "--db", str(env.db), "serve", "--port", "0"],
-        cwd=env.root,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=secrets.env(),
-    )
-    try:
-        assert proc.stderr is not None
-        line = proc.stderr.readline()  # where it serves: it is up
+    argv = [sys.executable, "-m", "orchestrator", "--db", str(env.db), "serve", "--port", "0"]
+    with _running(argv, env, secrets) as p:
+        assert p.stderr is not None
+        line = p.stderr.readline()  # where it serves: it is up
         assert "http://" in line, line
-        _check_clean(proc.pid, secrets)
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
+        _check_clean(p.pid, secrets)

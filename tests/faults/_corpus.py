@@ -261,6 +261,21 @@ async def _make_store(db: Path, ws: Path, canary: str) -> tuple[Path, ...]:
         await store.close()
 
 
+def git_init(repo: Path) -> None:
+    """A git repository on ``main`` with one commit (``a.txt``)."""
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+    }
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True)
+    (repo / "a.txt").write_text("a\n")
+    subprocess.run(["git", "add", "a.txt"], cwd=repo, check=True, env=env)
+    subprocess.run(["git", "commit", "-qm", "init"], cwd=repo, check=True, env=env)
+
+
 def close_world(world: World) -> None:
     for s in (world.unix_server, world.tcp_server):
         if s is not None:

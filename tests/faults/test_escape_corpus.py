@@ -458,7 +458,7 @@ def git_job(
     repo = folder / "repo"
     repo.mkdir()
     (folder / "markers").mkdir()
-    _git_init(repo)
+    corpus.git_init(repo)
     db = repo / ".threadloom" / "threads.db"
     tasks, tamper = git_tasks(folder / "markers", db)
     run = _run_job(
@@ -472,20 +472,6 @@ def git_job(
     )
     run.tags = {t: f"tl-{t}" for t in tasks}
     return run, _e2e_outcomes(run, world, tamper)
-
-
-def _git_init(repo: Path) -> None:
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-    }
-    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True)
-    (repo / "a.txt").write_text("a\n")
-    subprocess.run(["git", "add", "a.txt"], cwd=repo, check=True, env=env)
-    subprocess.run(["git", "commit", "-qm", "init"], cwd=repo, check=True, env=env)
 
 
 @pytest.fixture(scope="module")

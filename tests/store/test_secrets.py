@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests import pg
+from tests.orchestrator.test_cli_helpers import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -128,15 +129,7 @@ def test_a_taken_database_url_still_names_the_database(tmp_path: Path) -> None:
     db = pg.create_database_sync()
     try:
         url = pg.store_url_for(db.name).replace("postgres@", "postgres:any-password@", 1)
-        listed = subprocess.run(
-            [sys.executable, "-m", "orchestrator", "--json", "ls"],
-            env=clean_env(THREADLOOM_DB=url, PYTHONPATH=str(REPO)),
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        listed = run_cli("--json", "ls", cwd=tmp_path, env=clean_env(THREADLOOM_DB=url))
         assert listed.returncode == 0, listed.stderr
         assert json.loads(listed.stdout) == []
         assert not (tmp_path / ".threadloom").exists(), "ls opened a SQLite file, not the URL"
