@@ -92,7 +92,7 @@ def control() -> Iterator[str]:
         proc.wait()
 
 
-def _probe(pid_hint: str, needles: list[str]) -> str:
+def probe_command(pid_hint: str, needles: list[str]) -> str:
     rev = " ".join(f"-e {n[::-1]}" for n in needles)
     return (
         "set -u; "
@@ -146,7 +146,7 @@ def test_a_worker_without_the_sandbox_finds_no_secret_in_any_environ_and_the_key
     def worker(request: dict[str, Any]) -> dict[str, Any]:
         answered = [m for m in request["messages"] if m["role"] == "tool"]
         if not answered:
-            command = _probe(str(threadloom_pid[0]), needles)
+            command = probe_command(str(threadloom_pid[0]), needles)
             return {"tool_calls": [{"name": "bash", "arguments": {"command": command}}]}
         submit = {"status": "done", "summary": "looked"}
         return {"tool_calls": [{"name": "submit_result", "arguments": submit}]}
