@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ._liveness import owner_is_dead
     from ._outputs import INLINE_LIMIT, MAX_OUTPUT_BYTES, OutputFile
     from ._redact import MASK, configured_secrets, redact, redact_data, refresh_secrets
+    from ._secrets import env_var, secret_variables, take_secrets, taken_secrets
     from ._store import Store
     from ._stored import construct_model
     from ._transcript import (
@@ -125,6 +126,7 @@ _WHERE = {
     "content_json": "._transcript",
     "database_url": "._engine",
     "dump_transcript": "._transcript",
+    "env_var": "._secrets",
     "finish_uncancelled": "._engine",
     "format_ref": ".refs",
     "new_id": ".refs",
@@ -133,6 +135,9 @@ _WHERE = {
     "redact": "._redact",
     "redact_data": "._redact",
     "refresh_secrets": "._redact",
+    "secret_variables": "._secrets",
+    "take_secrets": "._secrets",
+    "taken_secrets": "._secrets",
     "transcript_line": "._transcript",
     "transcript_parts": "._transcript",
 }
@@ -192,6 +197,7 @@ __all__ = [
     "content_json",
     "database_url",
     "dump_transcript",
+    "env_var",
     "finish_uncancelled",
     "format_ref",
     "new_id",
@@ -200,6 +206,9 @@ __all__ = [
     "redact",
     "redact_data",
     "refresh_secrets",
+    "secret_variables",
+    "take_secrets",
+    "taken_secrets",
     "transcript_line",
     "transcript_parts",
 ]

@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ._readsql import revision
 from ._schema import SCHEMA_HEAD as SCHEMA_HEAD  # defined where the fast path reads it
+from ._secrets import env_var
 from ._sqlite import (
     BUSY_TIMEOUT_MS,
     LockTimeout,
@@ -213,6 +214,12 @@ class Database:
     def __init__(self, url: str, *, create_dirs: bool = False, synchronous: str = "FULL") -> None:
         self.url = sa.make_url(database_url(url))
         self.dialect = self.url.get_backend_name()
+        if self.dialect == "postgresql" and self.url.password is None:
+            # asyncpg would read PGPASSWORD from the environment, but the command took it out
+            # at start (store._secrets): hand it over from there
+            password = env_var("PGPASSWORD")
+            if password:
+                self.url = self.url.set(password=password)
         if self.dialect not in ("sqlite", "postgresql"):
             raise DatabaseUnavailable(
                 f"unsupported database URL {self.url.render_as_string(hide_password=True)!r}:"

@@ -5,8 +5,9 @@ Two kinds of secret are masked:
 
 - configured values: the values of ``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY`` and
   ``ANTHROPIC_AUTH_TOKEN``, and of every environment variable whose name contains KEY, SECRET,
-  TOKEN or PASSWORD and whose value is at least 8 characters, read from the environment the first
-  time they are needed (``refresh_secrets()`` re-reads it) — replaced by ``[REDACTED]``;
+  TOKEN or PASSWORD and whose value is at least 8 characters, read from the environment — and
+  from the secrets taken out of it at start (``_secrets``) — the first time they are needed
+  (``refresh_secrets()`` re-reads them) — replaced by ``[REDACTED]``;
 - values that look like common secret formats wherever they appear: Anthropic (``sk-ant-…``) and
   OpenAI (``sk-…``, ``sk-proj-…``) keys, AWS access key ids (``AKIA…``) and the 40-character
   secret after ``aws_secret_access_key``, GitHub tokens (``ghp_ gho_ ghu_ ghs_ ghr_
@@ -23,10 +24,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ._secrets import MIN_SECRET_CHARS, secret_name, taken_secrets
+
 MASK = "[REDACTED]"
-SECRET_NAME_MARKERS = ("KEY", "SECRET", "TOKEN", "PASSWORD")
-CONFIGURED_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_AUTH_TOKEN")
-MIN_SECRET_CHARS = 8
 
 _START = r"(?:(?<!\w)|(?<=\\[nrtbf])|(?<=\\u[0-9A-Fa-f]{4}))"
 """Where a token may start: not after a word character — or after a JSON escape (``\\n``,
@@ -58,20 +58,21 @@ _configured: tuple[str, ...] | None = None
 
 
 def configured_secrets(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """The secret values named by the environment, longest first (so a value that contains
-    another is masked whole)."""
-    env = os.environ if environ is None else environ
+    """The secret values named by ``environ`` (default: the process environment with the
+    secrets taken from it at start), longest first (so a value that contains another is masked
+    whole)."""
+    env = {**taken_secrets(), **os.environ} if environ is None else environ
     found = {
         value
         for name, value in env.items()
-        if (name in CONFIGURED_KEYS or any(m in name.upper() for m in SECRET_NAME_MARKERS))
-        and len(value.strip()) >= MIN_SECRET_CHARS
+        if secret_name(name) and len(value.strip()) >= MIN_SECRET_CHARS
     }
     return tuple(sorted(found, key=len, reverse=True))
 
 
 def refresh_secrets(environ: Mapping[str, str] | None = None) -> None:
-    """Re-read the configured secrets (from ``environ``, default the process environment)."""
+    """Re-read the configured secrets (from ``environ``, default the process environment and
+    the secrets taken from it at start)."""
     global _configured
     _configured = configured_secrets(environ)
 

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from store import redact, redact_data
+from store import env_var, redact, redact_data
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, exit_code_for, one_line
 from ._render import Printer, dumps, silence_stdout, visible, write_error, write_redacted
@@ -326,6 +326,8 @@ Global options go before the command; --json may also follow it.
     "db",
     metavar="URL_OR_PATH",
     envvar="THREADLOOM_DB",
+    # a URL with a password was taken out of the environment at start (store._secrets)
+    default=lambda: env_var("THREADLOOM_DB"),
     show_envvar=True,
     help="Database file or SQLAlchemy URL (postgresql+asyncpg://…). Default:"
     " .threadloom/threads.db under the current directory, created on first use.",

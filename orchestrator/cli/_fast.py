@@ -132,7 +132,9 @@ def database(db: str | None) -> Path | None:
     """The SQLite file ``--db`` names (``THREADLOOM_DB``; default ``.threadloom/threads.db``)
     if the fast path can read it as the full path would: an existing, writable regular file."""
     if db is None:
-        db = os.environ.get("THREADLOOM_DB") or None
+        from store._secrets import env_var  # it may hold a password: taken at start
+
+        db = env_var("THREADLOOM_DB") or None
     if db is None:
         path = Path.cwd() / ".threadloom" / "threads.db"
     elif "://" in db:

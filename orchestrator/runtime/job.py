@@ -33,7 +33,12 @@ from workers import (
     make_model,
     run_thread,
 )
-from workers.tools import SandboxSettings, require_sandbox
+from workers.tools import (
+    ProcessLimitUnavailable,
+    SandboxSettings,
+    process_limit,
+    require_sandbox,
+)
 
 from ..isolation import Isolation, WorkerTree
 from ..isolation.worktrees import DB_FILES
@@ -43,6 +48,26 @@ from .executors import Executor, executor_for
 from .lead_tools import lead_tools, reader_tools
 
 log = structlog.get_logger("threadloom.runtime")
+
+
+def _say_process_limit(job: str) -> None:
+    """Once per job, how its bash commands are kept to ``PIDS_MAX`` processes: a warning when it
+    is the supervisor (looser than the kernel's refusal) or when there is none (then no command
+    runs), the job log's record otherwise."""
+    try:
+        limit = process_limit()
+    except ProcessLimitUnavailable as exc:
+        log.warning(
+            "bash.process_limit",
+            job=job,
+            how="none",
+            reason=str(exc),
+            effect="bash commands are refused",
+        )
+        return
+    level = log.warning if limit.how == "supervisor" else log.info
+    level("bash.process_limit", job=job, how=limit.how, limit=limit.limit, detail=limit.describe())
+
 
 ModelFactory = Callable[..., Model]
 """``factory(spec, **options)`` → a ``Model`` (``workers.make_model`` unless a caller brings its
@@ -164,6 +189,7 @@ class JobRuntime:
         it falls back to the plain runner and says so once (a warning, in the job log too)."""
         if self._sandbox is None:
             mode = self.job.worker_sandbox
+            _say_process_limit(format_ref(self.lead_id))
             if mode == "none":
                 # The file tools refuse the hidden paths whatever runs bash: always pass them.
                 self._sandbox = SandboxSettings(mode="none", hidden=tuple(self._hidden_paths()))

@@ -10,7 +10,9 @@ weighs on all three alike, and reported as medians:
 - ``fast``: the command as shipped (the read-only fast path, ``orchestrator.cli._fast``);
 - ``slow``: the same command with ``THREADLOOM_NO_FAST=1`` (SQLAlchemy, pydantic, structlog);
 - ``baseline``: ``python -c "import sqlite3; <the same queries>"`` — the floor for a Python
-  process that answers the question at all.
+  process that answers the question at all;
+- ``secret``: the fast command with API keys and a database password in its environment, which
+  it takes out at start (``store._secrets``): ``secret_over_fast`` is what that costs.
 
 Prints one JSON document on stdout (progress on stderr) with the ratios fast/baseline and
 slow/fast and the goal (fast ≤ 150 ms on a quiet machine). Nothing here asserts on time; the
@@ -159,6 +161,12 @@ def main() -> None:
         refs = asyncio.run(build(db, jobs=jobs, per_job=THREADS_PER_JOB, per_thread=per_thread))
         env = {k: v for k, v in os.environ.items() if not k.startswith("THREADLOOM_")}
         slow_env = {**env, "THREADLOOM_NO_FAST": "1"}
+        secret_env = {
+            **env,
+            "ANTHROPIC_API_KEY": "sk-ant-api03-" + "x" * 95,
+            "OPENAI_API_KEY": "sk-proj-" + "y" * 48,
+            "UPSTREAM_DB": "postgresql://app:s3cr3t@db.internal/app",
+        }
         cli = [sys.executable, "-m", "orchestrator", "--db", str(db)]
         commands = {
             "ls": [*cli, "ls"],
@@ -168,7 +176,7 @@ def main() -> None:
         }
         baselines = _baselines(db, refs)
         times: dict[str, dict[str, list[float]]] = {
-            c: {"fast": [], "slow": [], "baseline": []} for c in commands
+            c: {"fast": [], "slow": [], "baseline": [], "secret": []} for c in commands
         }
         for cmd in commands.values():  # warm the page cache and the .pyc files
             _wall(cmd, env)
@@ -177,18 +185,23 @@ def main() -> None:
             print(f"round {r + 1}/{rounds}", file=sys.stderr)
             for name, cmd in commands.items():
                 times[name]["fast"].append(_wall(cmd, env))
+                times[name]["secret"].append(_wall(cmd, secret_env))
                 times[name]["slow"].append(_wall(cmd, slow_env))
                 times[name]["baseline"].append(_wall([sys.executable, "-c", baselines[name]], env))
         count = _count(db)
         results: dict[str, Any] = {}
         for name, t in times.items():
-            fast, slow, base = (statistics.median(t[k]) for k in ("fast", "slow", "baseline"))
+            fast, slow, base, secret = (
+                statistics.median(t[k]) for k in ("fast", "slow", "baseline", "secret")
+            )
             results[name] = {
                 "fast_ms": round(fast, 1),
                 "slow_ms": round(slow, 1),
                 "baseline_ms": round(base, 1),
+                "secret_ms": round(secret, 1),
                 "fast_over_baseline": round(fast / base, 2),
                 "slow_over_fast": round(slow / fast, 2),
+                "secret_over_fast": round(secret / fast, 3),
                 "meets_goal": fast <= GOAL_MS,
             }
         doc: dict[str, Any] = {

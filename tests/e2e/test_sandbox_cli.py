@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from tests.e2e.conftest import Env, bash, submit
 
@@ -62,3 +63,22 @@ def test_nothing_in_the_workspace_is_run_or_loaded_as_configuration(env: Env) ->
     assert not marker.exists()
     seen = (env.ws / "env.txt").read_text()
     assert "FROM_DOTENV" not in seen and "sk-ant-from-dotenv" not in seen
+
+
+def test_the_process_limit_is_said_once_and_loudly_only_when_it_is_the_supervisor(
+    env: Env,
+) -> None:
+    """How bash commands are kept to 512 processes is in the job's log; a supervisor (no pids
+    cgroup, as root) is looser than the kernel's refusal, so it is also a warning on stderr."""
+    path = env.job("sb", RULES, TASKS, worker='sandbox = "none"')
+    quiet = env.run("run", str(path))
+    assert quiet.code == 0 and "bash.process_limit" not in quiet.stderr, quiet.stderr
+    logs = [json.loads(x) for p in (env.root / "logs").glob("*.jsonl") for x in p.open()]
+    said = [e for e in logs if e["event"] == "bash.process_limit"]
+    assert len(said) == 1 and said[0]["how"] in ("cgroup", "nproc"), said
+    if os.geteuid() != 0:
+        return  # the supervisor is root's
+    loud = env.run("run", str(path), env={"THREADLOOM_CGROUP": "none"})
+    assert loud.code == 0, loud.stderr
+    assert loud.stderr.count("bash.process_limit") == 1
+    assert "supervisor" in loud.stderr and "THREADLOOM_CGROUP=none" in loud.stderr

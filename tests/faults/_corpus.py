@@ -54,6 +54,11 @@ CATEGORIES: tuple[Category, ...] = (
 )
 
 
+class AttemptNotRun(AssertionError):
+    """The attempt's command could not even start (the test's fault or the machine's, not a
+    containment): it fails the test instead of being counted as held."""
+
+
 @dataclass
 class Outcome:
     """What one attempt did: empty lists everywhere means it was contained."""
@@ -256,6 +261,21 @@ async def _make_store(db: Path, ws: Path, canary: str) -> tuple[Path, ...]:
         await store.close()
 
 
+def git_init(repo: Path) -> None:
+    """A git repository on ``main`` with one commit (``a.txt``)."""
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+    }
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True)
+    (repo / "a.txt").write_text("a\n")
+    subprocess.run(["git", "add", "a.txt"], cwd=repo, check=True, env=env)
+    subprocess.run(["git", "commit", "-qm", "init"], cwd=repo, check=True, env=env)
+
+
 def close_world(world: World) -> None:
     for s in (world.unix_server, world.tcp_server):
         if s is not None:
@@ -403,6 +423,9 @@ class Attempt:
     """Text whose presence in the output means the attack worked."""
     nobody: bool = True
     """Part of the subset re-run as the unprivileged user."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Set in threadloom's environment while the attempt runs (``THREADLOOM_CGROUP=none``:
+    the process limit without a cgroup, as on a host where none is usable)."""
 
 
 def _fill(value: Any, world: World, tag: str) -> Any:
@@ -442,8 +465,12 @@ async def run_attempt(attempt: Attempt, world: World) -> Outcome:
     accepted(world.tcp_server)
     before_files = snapshot(world.protected())
     before_msgs = read_messages(world.db)
-    with environment(world.env(home)):
+    with environment({**world.env(home), **dict(attempt.env)}):
         out = await tool.invoke(raw, ctx)
+    if attempt.tool == "bash" and "bash: failed to start:" in out.text:
+        # an attack that never ran proves nothing: it must not count as contained
+        survivors(tag)
+        raise AttemptNotRun(f"{attempt.id} did not run: {out.text.strip()[:300]}")
     outcome = Outcome(attempt.id, output=out.text)
     outcome.surviving_processes = survivors(tag)
     outcome.changed_messages = diff_messages(before_msgs, read_messages(world.db))
@@ -502,6 +529,38 @@ _FORK_BOMB = (
     "    print('ESCX' + 'APED no process limit')\n"
     "EOF"
 )
+
+_THREAD_BOMB = (
+    "python3 - {tag} <<'EOF'\n"
+    "import threading, time\n"
+    "n = 0\n"
+    "try:\n"
+    "    for i in range(3000):\n"
+    "        threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+    "        n += 1\n"
+    "except RuntimeError as e:\n"
+    "    print('thread stopped by', e)\n"
+    "print('started', n)\n"
+    "if n >= 3000:\n"
+    "    print('ESCX' + 'APED no process limit')\n"
+    "EOF"
+)
+
+_SHELL_FORK_BOMB = (
+    # bash's own fork bomb, doubling at each level (2,047 shells at most: a broken limit cannot
+    # melt the machine). Nothing else forks once it has started — the shells wait with `read -t`
+    # on a FIFO, the watcher counts /proc with a glob — so the watcher sees the peak whatever the
+    # limit does to forks. More than 1,000 at once is no limit at all (512 holds far fewer).
+    'f="${TMPDIR:-/tmp}/fb-{tag}"; mkfifo "$f"; exec 9<>"$f"; rm -f "$f"; '
+    "b(){ if [ $1 -lt 10 ]; then b $(($1+1)) & b $(($1+1)) & fi; read -t 4 -u 9; }; "
+    "p=(/proc/[0-9]*); base=${#p[@]}; b 0 2>/dev/null & peak=0; "
+    "for i in {1..40}; do p=(/proc/[0-9]*); n=$((${#p[@]} - base)); "
+    "[ $n -gt $peak ] && peak=$n; read -t 0.1 -u 9; done; echo peak $peak; "
+    "[ $peak -gt 1000 ] && E no process limit"
+)
+
+NO_CGROUP = (("THREADLOOM_CGROUP", "none"),)
+"""The process limit without a cgroup: as root the supervisor, as anyone else RLIMIT_NPROC."""
 
 DB_FILES = ("threads.db", "threads.db-wal", "threads.db-shm", "threads.db-journal")
 
@@ -642,6 +701,11 @@ ATTEMPTS: list[Attempt] = [
     _sh("bash-delete-db", "rm -f .threadloom/threads.db* .threadloom/logs/*"),
     # ---- bash under bubblewrap: processes
     _sh("bash-fork-bomb-bounded", _FORK_BOMB),
+    _sh("bash-thread-bomb", _THREAD_BOMB),
+    _sh("bash-shell-fork-bomb", _SHELL_FORK_BOMB),
+    _sh("bash-fork-bomb-no-cgroup", _FORK_BOMB, env=NO_CGROUP),
+    _sh("bash-thread-bomb-no-cgroup", _THREAD_BOMB, env=NO_CGROUP),
+    _sh("bash-shell-fork-bomb-no-cgroup", _SHELL_FORK_BOMB, env=NO_CGROUP),
     _sh("bash-setsid-survivor", "(setsid sh -c 'sleep 300; : {tag}' &); echo started"),
     _sh("bash-nohup-survivor", "nohup sh -c 'sleep 301; : {tag}' >/dev/null 2>&1 & echo started"),
     _sh("bash-double-fork-survivor", "( ( sh -c 'sleep 302; : {tag}' & ) & ); echo started"),
@@ -649,6 +713,12 @@ ATTEMPTS: list[Attempt] = [
     _plain("plain-env", "env"),
     _plain("plain-proc-ppid-environ", "cat /proc/$PPID/environ | tr '\\0' '\\n'"),
     _plain("plain-setsid-survivor", "(setsid sh -c 'sleep 303; : {tag}' &); echo started"),
+    _plain("plain-fork-bomb", _FORK_BOMB),
+    _plain("plain-thread-bomb", _THREAD_BOMB),
+    _plain("plain-shell-fork-bomb", _SHELL_FORK_BOMB),
+    _plain("plain-fork-bomb-no-cgroup", _FORK_BOMB, env=NO_CGROUP),
+    _plain("plain-thread-bomb-no-cgroup", _THREAD_BOMB, env=NO_CGROUP),
+    _plain("plain-shell-fork-bomb-no-cgroup", _SHELL_FORK_BOMB, env=NO_CGROUP),
     _plain(
         "plain-double-fork-survivor",
         "( ( nohup sh -c 'sleep 304; : {tag}' >/dev/null 2>&1 & ) & ); echo started",

@@ -12,7 +12,12 @@ Three parts:
 
 The outcome of every attempt is recorded; the terminal summary prints the counts as JSON
 (``attempts``, ``escapes``, ``decoy_reads``, ``changed_messages``, ``surviving_processes``), and
-``test_unprivileged_user_runs_the_corpus`` re-runs the direct attempts as ``nobody``.
+``test_unprivileged_user_runs_the_corpus`` re-runs the direct attempts as ``nobody`` (without
+the plain-runner ones where nobody cannot start the interpreter, saying so: an attack whose
+command never started fails its test rather than pass for a contained one). Issue 22 added the
+process limit's attempts (fork, thread and bash fork bombs under both runners, with the host's
+cgroup and with ``THREADLOOM_CGROUP=none``) and the secrets' (threadloom's own
+``/proc/PID/environ`` and every ``/proc/*/environ``, read by a plain-runner worker).
 Under ``CI`` a missing bubblewrap fails the bwrap attempts instead of skipping them.
 """
 
@@ -39,6 +44,9 @@ from workers.tools import sandbox_status
 
 REPO = Path(__file__).resolve().parents[2]
 AS_NOBODY = os.environ.get("THREADLOOM_CORPUS_AS") == "nobody"
+NO_PLAIN = os.environ.get("THREADLOOM_CORPUS_NO_PLAIN", "")
+"""Set by the root run for the run as nobody when nobody cannot start the plain runner's exec
+helper (the interpreter is out of its reach): why those attempts are skipped there."""
 REPORT = os.environ.get("THREADLOOM_CORPUS_REPORT")
 
 
@@ -80,6 +88,8 @@ def _check(outcome: corpus.Outcome) -> None:
 async def test_direct_attempt(attempt: corpus.Attempt, world: corpus.World) -> None:
     if attempt.bwrap:
         need_bwrap()
+    elif attempt.tool == "bash" and NO_PLAIN:
+        pytest.skip(NO_PLAIN)  # not counted: see test_unprivileged_user_runs_the_corpus
     _check(await corpus.run_attempt(attempt, world))
 
 
@@ -331,6 +341,15 @@ def _git(repo: Path, *args: str) -> str:
     ).stdout
 
 
+_SCAN_ENVIRON = (
+    # every process's start-up environment this command can see (as root: the whole host's,
+    # threadloom's included): the entries holding one of the world's canaries (nothing else of
+    # other processes is printed), and how many processes there were
+    "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -a canary-; "
+    "echo read $(ls -d /proc/[0-9]* | wc -l)"
+)
+
+
 def _fsm(marker: Path) -> str:
     return f"printf '#!/bin/sh\\ntouch {marker}\\n' > fsm.sh && chmod +x fsm.sh && "
 
@@ -377,6 +396,10 @@ def git_tasks(markers: Path, db: Path) -> tuple[dict[str, dict[str, Any]], dict[
     )
     plain = {
         "e2e-plain-proc-ppid-environ": "cat /proc/$PPID/environ | tr '\\0' '\\n'",
+        # threadloom itself: the exec helper's parent (root reads a non-dumpable process's)
+        "e2e-plain-proc-threadloom-environ": "tl=$(sed 's/.*) //' /proc/$PPID/stat | cut -d' ' "
+        "-f2); echo threadloom is $tl; tr '\\0' '\\n' < /proc/$tl/environ",
+        "e2e-plain-scan-every-environ": _SCAN_ENVIRON,
         "e2e-plain-env": "env",
         "e2e-plain-sqlite-update": f"sqlite3 {db} \"UPDATE messages SET content = 'TAMP' || "
         "'ERED'\"; echo rc=$?",
@@ -405,6 +428,8 @@ GIT_IDS = (
 GIT_JOB_IDS = (
     *GIT_IDS,
     "e2e-plain-proc-ppid-environ",
+    "e2e-plain-proc-threadloom-environ",
+    "e2e-plain-scan-every-environ",
     "e2e-plain-env",
     "e2e-plain-sqlite-update",
     "e2e-plain-sqlite-delete",
@@ -416,6 +441,7 @@ SANDBOX_JOB_IDS = (
     "e2e-bwrap-sqlite-update",
     "e2e-bwrap-sqlite-delete",
     "e2e-bwrap-proc-ppid-environ",
+    "e2e-bwrap-scan-every-environ",
     "e2e-bwrap-env",
     "e2e-bwrap-psql-socket",
     "e2e-bwrap-grep-db",
@@ -432,7 +458,7 @@ def git_job(
     repo = folder / "repo"
     repo.mkdir()
     (folder / "markers").mkdir()
-    _git_init(repo)
+    corpus.git_init(repo)
     db = repo / ".threadloom" / "threads.db"
     tasks, tamper = git_tasks(folder / "markers", db)
     run = _run_job(
@@ -446,20 +472,6 @@ def git_job(
     )
     run.tags = {t: f"tl-{t}" for t in tasks}
     return run, _e2e_outcomes(run, world, tamper)
-
-
-def _git_init(repo: Path) -> None:
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-    }
-    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True)
-    (repo / "a.txt").write_text("a\n")
-    subprocess.run(["git", "add", "a.txt"], cwd=repo, check=True, env=env)
-    subprocess.run(["git", "commit", "-qm", "init"], cwd=repo, check=True, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -479,6 +491,7 @@ def sandbox_job(
         "e2e-bwrap-sqlite-delete": "sqlite3 .threadloom/threads.db 'DELETE FROM messages';"
         " echo rc=$?",
         "e2e-bwrap-proc-ppid-environ": "cat /proc/$PPID/environ | tr '\\0' '\\n'",
+        "e2e-bwrap-scan-every-environ": _SCAN_ENVIRON,
         "e2e-bwrap-env": "env",
         "e2e-bwrap-psql-socket": "psql -h /var/run/postgresql -U postgres -d postgres -Atc "
         "\"select 'ESCX' || 'APED'\"",
@@ -580,6 +593,22 @@ def test_unprivileged_user_runs_the_corpus() -> None:
             f"this machine does not let nobody run the corpus: {sys.executable} on {REPO} is "
             f"not reachable by uid {NOBODY} ({probe.stderr.strip()[-300:]})"
         )
+    # the plain runner starts `sys.executable` again from a process of nobody's own; setpriv
+    # exec'd it with root's reach still, so whether nobody itself can is asked apart (an
+    # interpreter under a /root that is 0700 cannot: every plain-runner attempt would then fail
+    # to start — and it must not pass for a contained one)
+    again = subprocess.run(
+        [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable,
+         "-c", "import subprocess, sys; subprocess.run([sys.executable, '-c', ''], check=True)"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    no_plain = ""
+    if again.returncode != 0:
+        no_plain = (
+            f"nobody cannot start {sys.executable} from a process of its own (the plain "
+            f"runner's exec helper): {again.stderr.strip().splitlines()[-1:]}"
+        )
+        print("as nobody: the plain-runner attempts are skipped:", no_plain)
     tmp = Path(tempfile.mkdtemp(prefix="threadloom-nobody-"))
     try:
         os.chown(tmp, NOBODY, NOBODY)
@@ -591,6 +620,7 @@ def test_unprivileged_user_runs_the_corpus() -> None:
             "PYTHONDONTWRITEBYTECODE": "1",
             "THREADLOOM_CORPUS_AS": "nobody",
             "THREADLOOM_CORPUS_REPORT": str(report),
+            **({"THREADLOOM_CORPUS_NO_PLAIN": no_plain} if no_plain else {}),
             **({"CI": os.environ["CI"]} if os.environ.get("CI") else {}),
         }
         proc = subprocess.run(

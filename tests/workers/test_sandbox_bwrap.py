@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from workers.tools import BashTool, ToolContext, sandbox_status
-from workers.tools._sandbox import PIDS_MAX, pids_cgroup
+from workers.tools._pids import PIDS_MAX, process_limit
 
 DECOY = "DECOY-PRIVATE-KEY-9f3c1e"
 
@@ -87,7 +87,7 @@ async def test_no_capabilities_no_mounts_and_the_hidden_key_stays_hidden(
 
 async def test_a_fork_bomb_meets_the_process_limit(ws: Path) -> None:
     if os.geteuid() == 0:  # RLIMIT_NPROC does not bind root: the cgroup must exist
-        assert pids_cgroup() is not None, "as root a pids cgroup must be made"
+        assert process_limit().how == "cgroup", "as root a pids cgroup must be made"
     bomb = (
         "import os, time\n"
         "n = 0\n"
@@ -106,7 +106,7 @@ async def test_a_fork_bomb_meets_the_process_limit(ws: Path) -> None:
     assert started < PIDS_MAX
     # the host is fine
     assert subprocess.run(["true"], check=False).returncode == 0
-    group = pids_cgroup()
+    group = process_limit().group
     if group is not None:
         assert int((group / "pids.max").read_text()) == PIDS_MAX
 

@@ -37,7 +37,6 @@ other 4xx are ``ProviderRejected``; a retryable failure on the last attempt is
 from __future__ import annotations
 
 import json
-import os
 import re
 import typing
 from collections.abc import Sequence
@@ -55,6 +54,7 @@ from store import (
     ToolResultBlock,
     ToolUseBlock,
     Usage,
+    env_var,
     redact,
 )
 from workers._protocol import ModelRequest, ModelResponse, StopReason, ToolSpec
@@ -113,8 +113,9 @@ class AnthropicModel:
         retry_after_cap: float = 60.0,
     ) -> None:
         self._model = model
-        self._api_key = api_key or os.environ.get("ANTHROPIC_API_KEY") or None
-        self._auth_token = None if self._api_key else os.environ.get("ANTHROPIC_AUTH_TOKEN")
+        # the keys the command took out of the environment at start (store._secrets)
+        self._api_key = api_key or env_var("ANTHROPIC_API_KEY") or None
+        self._auth_token = None if self._api_key else env_var("ANTHROPIC_AUTH_TOKEN")
         if not self._api_key and not self._auth_token:
             raise ModelSpecError(
                 f"anthropic:{model} needs an API key: set ANTHROPIC_API_KEY (or pass api_key=...)"

@@ -44,14 +44,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import structlog
 
-from store import MASK, NewMessage, TextBlock, ToolResultBlock, ToolUseBlock, Usage, redact
+from store import (
+    MASK,
+    NewMessage,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+    env_var,
+    redact,
+)
 from workers._protocol import ModelRequest, ModelResponse
 from workers.errors import ContextTooLong, ModelSpecError, ProviderUnavailable
 
@@ -128,7 +136,7 @@ class OpenAIChatModel:
         self._model = model
         self._base_url = base_url
         self._url = chat_completions_url(base_url)
-        self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
+        self._api_key = api_key or env_var("OPENAI_API_KEY") or None  # see store._secrets
         self._timeout = timeout
         self._max_tokens = max_tokens
         self._text_tool_calls = text_tool_calls

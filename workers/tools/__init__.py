@@ -13,6 +13,7 @@ from ._errors import GlobError, PathRefused, ToolFailure
 from ._grep import GrepTool
 from ._list_files import ListFilesTool
 from ._paths import resolve_in_workspace
+from ._pids import PIDS_MAX, ProcessLimit, ProcessLimitUnavailable, process_limit
 from ._read_file import ReadFileTool
 from ._registry import DEFAULT_WORKER_TOOLS, TOOL_REGISTRY, build_tools
 from ._sandbox import (
@@ -26,6 +27,7 @@ from ._write_file import WriteFileTool
 
 __all__ = [
     "DEFAULT_WORKER_TOOLS",
+    "PIDS_MAX",
     "TOOL_REGISTRY",
     "BashTool",
     "BlockingTool",
@@ -34,6 +36,8 @@ __all__ = [
     "GrepTool",
     "ListFilesTool",
     "PathRefused",
+    "ProcessLimit",
+    "ProcessLimitUnavailable",
     "ReadFileTool",
     "SandboxSettings",
     "SandboxStatus",
@@ -45,6 +49,7 @@ __all__ = [
     "ToolOutput",
     "WriteFileTool",
     "build_tools",
+    "process_limit",
     "require_sandbox",
     "resolve_in_workspace",
     "sandbox_status",

@@ -11,7 +11,9 @@ The contract:
   (``_exec_helper``) started with that scrubbed environment, so ``/proc/$PPID/environ`` is not
   threadloom's; it leads the process group, dies with threadloom (``PR_SET_PDEATHSIG``) and, as a
   child subreaper, kills every descendant of the command first. threadloom makes itself
-  non-dumpable (against same-uid readers of its /proc files; root is not stopped by this).
+  non-dumpable (against same-uid readers of its /proc files; root is not stopped by this), and
+  the ``threadloom`` command took its secrets out of its own start-up environment
+  (``store.take_secrets``), so root reading ``/proc/<threadloom>/environ`` finds none either.
 - Nothing outlives the command: when the shell exits, whatever it left running in its process
   group is killed (this also keeps a background child holding the output pipe from hanging us).
   On timeout the whole group is killed and an error result returns promptly with the output so
@@ -40,19 +42,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import signal
 import subprocess
-import sys
 import threading
 from collections import deque
 from collections.abc import Mapping
 
 from pydantic import Field
 
-from store import MAX_OUTPUT_BYTES, OutputFile, configured_secrets
+from store import MAX_OUTPUT_BYTES, OutputFile, secret_variables, taken_secrets
 
 from ._base import Tool, ToolContext, ToolInput, ToolOutput
+from ._pids import ProcessLimitUnavailable, helper_argv, process_limit
 from ._sandbox import bwrap_argv, sandbox_status
 
 MAX_TIMEOUT_S = 600.0
@@ -64,10 +65,7 @@ TAIL_KEEP = 1 << 20
 DRAIN_GRACE_S = 2.0
 """After the group is killed, how long to wait for the pipe to reach EOF: only a process that
 left the group (``setsid``) can hold it open longer, and we stop reading rather than wait on it."""
-SECRET_MARKERS = ("KEY", "SECRET", "TOKEN", "PASSWORD")
 _READ_SIZE = 1 << 20
-_HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_exec_helper.py")
-_CREDENTIAL_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:[^/\s@]+@")
 PR_SET_DUMPABLE = 4
 _undumpable = False
 
@@ -116,6 +114,12 @@ class BashTool(Tool[BashInput]):
         timeout = min(args.timeout_s or ctx.default_timeout_s, MAX_TIMEOUT_S)
         argv = ["bash", "-c", args.command]
         env = scrubbed_environment(os.environ, ctx.env)
+        try:
+            limit = process_limit()
+        except ProcessLimitUnavailable as exc:
+            return ToolOutput(
+                f"bash: not run: no process limit can be applied: {exc}", is_error=True
+            )
         sandboxed = False
         if ctx.sandbox != "none":
             status = sandbox_status()
@@ -124,6 +128,7 @@ class BashTool(Tool[BashInput]):
                     status.program,
                     argv,
                     workspace=ctx.workspace,
+                    limit=limit,
                     network=ctx.network,
                     hidden=ctx.hidden,
                 )
@@ -135,9 +140,13 @@ class BashTool(Tool[BashInput]):
                     is_error=True,
                 )
         if not sandboxed:
-            # The plain runner: the command's parent is the exec helper, not threadloom.
+            # The plain runner: the command's parent is the exec helper, not threadloom; it
+            # applies the process limit itself.
             _make_undumpable()
-            argv = [sys.executable, "-I", "-S", _HELPER, str(os.getpid()), *argv]
+            argv = [*helper_argv(limit.helper_arg(plain=True)), *argv]
+        elif limit.how == "supervisor":
+            # bwrap's wrapper applies a cgroup or RLIMIT_NPROC; the supervisor is the helper
+            argv = [*helper_argv(limit.helper_arg(plain=False)), *argv]
         try:
             # Popen, not asyncio's subprocess: see the module docstring. Spawning is quick (vfork).
             # Called on the event-loop thread: the helper's PR_SET_PDEATHSIG follows this thread.
@@ -183,17 +192,13 @@ def scrubbed_environment(
     base: Mapping[str, str], extra: Mapping[str, str] | None
 ) -> dict[str, str]:
     """``base`` + ``extra`` without any variable whose name looks like it holds a credential,
-    whose value contains a configured secret, or whose value holds a credential URL
-    (``scheme://user:password@…``, e.g. ``THREADLOOM_DB=postgresql://u:pw@host/db``)."""
+    whose value holds a credential URL (``scheme://user:password@…``, e.g.
+    ``THREADLOOM_DB=postgresql://u:pw@host/db``), or whose value contains a secret — of these
+    or of those the command took out of the environment at start (``store.secret_variables``,
+    the one rule)."""
     merged = {**base, **(extra or {})}
-    secrets = configured_secrets(merged)
-    return {
-        name: value
-        for name, value in merged.items()
-        if not any(marker in name.upper() for marker in SECRET_MARKERS)
-        and not any(secret in value for secret in secrets)
-        and not _CREDENTIAL_URL.search(value)
-    }
+    drop = secret_variables({**taken_secrets(), **merged})
+    return {name: value for name, value in merged.items() if name not in drop}
 
 
 def _describe_exit(code: int) -> str:

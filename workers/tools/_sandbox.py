@@ -20,10 +20,10 @@ Under the sandbox a command:
   ``--die-with-parent`` (if threadloom dies, the command dies with it);
 - has no network unless the job sets ``network = true`` (a fresh network namespace with only
   loopback);
-- cannot start more than ``PIDS_MAX`` (512) processes and threads at once, across all sandboxed
-  commands of one threadloom process: a pids cgroup (v1 ``pids`` or v2) when one can be made
-  (root); otherwise, not root, RLIMIT_NPROC at what the uid already runs + 512; as root without a
-  pids cgroup there is no process limit (the kernel does not apply RLIMIT_NPROC to root);
+- cannot hold more than ``PIDS_MAX`` (512) processes and threads at once: the process limit of
+  every command (``_pids``: a pids cgroup, v2 or v1, joined before bwrap starts; RLIMIT_NPROC
+  when not root; as root without a usable cgroup, the exec helper in front of bwrap as a
+  supervisor that counts and kills);
 - finds the places that hold credentials (``~/.ssh``, ``~/.aws``, …, plus whatever the caller
   names — the threadloom database directory) hidden under empty mounts (an empty tmpfs, or
   /dev/null for a file); a credential path that is a symlink has its target hidden.
@@ -36,12 +36,9 @@ elsewhere with ``THREADLOOM_BWRAP`` (a path; a path that does not exist means "n
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import functools
 import os
 import platform
-import resource
 import shlex
 import shutil
 import struct
@@ -52,6 +49,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from ._pids import ProcessLimit
 
 SandboxMode = Literal["auto", "required", "none"]
 SANDBOX_MODES: tuple[SandboxMode, ...] = ("auto", "required", "none")
@@ -153,14 +152,16 @@ def bwrap_argv(
     command: Sequence[str],
     *,
     workspace: Path,
+    limit: ProcessLimit,
     network: bool = False,
     hidden: Sequence[Path] = (),
 ) -> list[str]:
     """The command line that runs ``command`` in ``workspace`` under the sandbox.
 
-    It is a tiny ``/bin/sh`` wrapper that joins the pids cgroup (when one could be made), opens
-    the seccomp program on fd 9 and ``exec``s bubblewrap (same pid: the process group and the
-    exit watcher in ``_bash`` see bwrap itself)."""
+    It is a tiny ``/bin/sh`` wrapper that applies ``limit`` (joins the pids cgroup — a command
+    that cannot is not run — or sets RLIMIT_NPROC), opens the seccomp program on fd 9 and
+    ``exec``s bubblewrap (same pid: the process group and the exit watcher in ``_bash`` see
+    bwrap itself). Under the supervisor the caller puts the exec helper in front of it."""
     ws = str(workspace)
     argv = [
         program,
@@ -196,12 +197,15 @@ def bwrap_argv(
         argv += ["--seccomp", "9"]
     argv += ["--chdir", ws, "--", *command]
     script = ""
-    cgroup = pids_cgroup()
-    if cgroup is not None:
-        script += f"echo $$ > {shlex.quote(str(cgroup / 'cgroup.procs'))} 2>/dev/null; "
-    elif os.geteuid() != 0:
-        n = nproc_limit()  # dash and ash spell it -p, bash -u (where -p is the pipe size)
-        script += f"{{ ulimit -p {n} || ulimit -u {n}; }} 2>/dev/null; "
+    why = shlex.quote(f"bash: not run: cannot apply the process limit, {limit.describe()}")
+    refuse = f"{{ echo {why} >&2; exit 126; }}"
+    if limit.how == "cgroup":
+        assert limit.group is not None
+        procs = shlex.quote(str(limit.group / "cgroup.procs"))
+        script += f"echo $$ 2>/dev/null > {procs} || {refuse}; "
+    elif limit.how == "nproc":
+        n = limit.limit  # dash and ash spell it -p, bash -u (where -p is the pipe size)
+        script += f"{{ ulimit -p {n} || ulimit -u {n}; }} 2>/dev/null || {refuse}; "
     script += 'exec "$@"'
     if filter_path is not None:
         script += f" 9< {shlex.quote(str(filter_path))}"
@@ -365,73 +369,3 @@ def seccomp_filter_file() -> Path | None:
     path = Path(tempfile.mkdtemp(prefix="threadloom-seccomp-")) / "no-unix-sockets.bpf"
     path.write_bytes(seccomp_program(machine))
     return path
-
-
-# --- the process limit: a pids cgroup -------------------------------------------------------
-
-PIDS_MAX = 512
-"""At most this many processes (and threads) at once across all of one threadloom process's
-sandboxed commands (a pids cgroup; a fork bomb meets EAGAIN). Where no pids cgroup can be made
-and we are not root, RLIMIT_NPROC (see ``nproc_limit``); as root without one, no limit."""
-_CGROUP_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")
-
-
-@functools.cache
-def pids_cgroup() -> Path | None:
-    """A pids cgroup for this process's sandboxed commands, made once (and removed at exit),
-    or None when none can be made here (cgroup v1 ``pids`` or a v2 hierarchy with ``pids``)."""
-    for root in map(Path, _CGROUP_ROOTS):
-        try:
-            if not (root / "cgroup.procs").is_file():
-                continue
-            if root.name != "pids":  # v2: the controller must be enabled for children
-                if "pids" not in (root / "cgroup.controllers").read_text().split():
-                    continue
-                sub = root / "cgroup.subtree_control"
-                if "pids" not in sub.read_text().split():
-                    sub.write_text("+pids")
-            parent = root / "threadloom"
-            parent.mkdir(exist_ok=True)
-            if root.name != "pids":
-                sub = parent / "cgroup.subtree_control"
-                if "pids" not in sub.read_text().split():
-                    sub.write_text("+pids")
-            _reap_stale(parent)
-            group = parent / f"run-{os.getpid()}"
-            group.mkdir(exist_ok=True)
-            (group / "pids.max").write_text(str(PIDS_MAX))
-        except OSError:
-            continue
-        atexit.register(_remove_cgroup, group)
-        return group
-    return None
-
-
-def nproc_limit() -> int:
-    """Without a pids cgroup and not root: RLIMIT_NPROC for the command, which the kernel counts
-    per real uid across the whole host, so it is what this uid already runs plus ``PIDS_MAX``
-    (never above the current hard limit). As root RLIMIT_NPROC is not enforced at all."""
-    uid = os.getuid()
-    count = 0
-    with contextlib.suppress(OSError):
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                with contextlib.suppress(OSError):
-                    if os.stat(f"/proc/{name}").st_uid == uid:
-                        count += 1
-    _, hard = resource.getrlimit(resource.RLIMIT_NPROC)
-    want = count + PIDS_MAX
-    return want if hard == resource.RLIM_INFINITY else min(want, hard)
-
-
-def _reap_stale(parent: Path) -> None:
-    for child in parent.glob("run-*"):
-        with contextlib.suppress(ValueError, OSError):
-            pid = int(child.name[4:])
-            if not Path(f"/proc/{pid}").exists():
-                child.rmdir()  # fails while a process is still in it: then it stays
-
-
-def _remove_cgroup(group: Path) -> None:
-    with contextlib.suppress(OSError):
-        group.rmdir()
