@@ -175,9 +175,10 @@ async def listing(
     forked_from_id: str | None,
     limit: int | None,
     oldest_first: bool,
+    older_than: str | None = None,
 ) -> list[ThreadInfo]:
     """``Store.list_threads``: the threads matching every given filter, by id (creation order),
-    as readers see them."""
+    as readers see them; ``older_than``: only ids below it (ids sort by creation)."""
     wanted = None if status is None else Status(status)
     # ``running`` and ``interrupted`` depend on whether the runner lives (``as_seen``): fetch
     # both, present, then filter (and limit) here; running threads are few
@@ -195,6 +196,8 @@ async def listing(
         q = q.where(threads.c.parent_id == parent_id)
     if forked_from_id is not None:
         q = q.where(threads.c.forked_from_id == forked_from_id)
+    if older_than is not None:
+        q = q.where(threads.c.id < older_than)
     q = q.order_by(threads.c.id if oldest_first else threads.c.id.desc())
     if limit is not None and not live_dependent:
         q = q.limit(limit)
