@@ -177,7 +177,7 @@ def http_server(setup: Setup) -> Iterator[HttpServer]:
 
 @pytest.fixture(scope="module")
 def shared_http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
-    """One server for the conformance scenarios (they only read)."""
+    """One server for the conformance scenarios and the token's refusals (they only read)."""
     with serving_http(make_setup(tmp_path_factory.mktemp("conformance"))) as server:
         yield server
 
@@ -210,10 +210,33 @@ async def test_http_the_command_serves_streamable_http_to_a_client_with_its_toke
     assert {r["ref"] for r in listed} == {out["job"], out["workers"][0]["ref"]}
 
 
-def test_http_without_the_token_nothing_is_answered(http_server: HttpServer) -> None:
-    """No token, a wrong one, another scheme, the token where a header is expected: 401."""
-    body = INITIALIZE
+def first_request(version: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """A client's first request on ``version`` (body, headers): the handshake's initialize, or
+    2026-07-28's server/discover in its per-request envelope."""
     accept = {"Accept": "application/json, text/event-stream"}
+    if version != "2026-07-28":
+        params = {**INITIALIZE["params"], "protocolVersion": version}
+        return {**INITIALIZE, "params": params}, accept
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": version,
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    body = {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": meta}}
+    return body, {**accept, "MCP-Protocol-Version": version, "Mcp-Method": "server/discover"}
+
+
+VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_http_without_the_token_nothing_is_answered_on_any_protocol_version(
+    shared_http_server: HttpServer, version: str
+) -> None:
+    """No token, a wrong one, another scheme, the bare token, a wrong cookie, the token in the
+    query of a POST: 401, whatever the request. With it: answered."""
+    http_server = shared_http_server
+    body, accept = first_request(version)
     token = http_server.token
     for headers in (
         {},
@@ -228,9 +251,8 @@ def test_http_without_the_token_nothing_is_answered(http_server: HttpServer) -> 
         assert refused.headers["www-authenticate"].startswith("Bearer")
     on_query = httpx.post(f"{http_server.url}?token={token}", json=body, headers=accept)
     assert on_query.status_code == 401
-    ok = httpx.post(
-        http_server.url, json=body, headers={**accept, "Authorization": f"Bearer {token}"}
-    )
+    mine = {**accept, "Authorization": f"Bearer {token}"}
+    ok = httpx.post(http_server.url, json=body, headers=mine)
     assert ok.status_code == 200, ok.text
 
 
