@@ -16,7 +16,7 @@ or ``show`` on the full path, the web viewer) does not pay for them.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,6 +55,16 @@ class WorkerSummary:
 
     def to_json(self) -> dict[str, Any]:
         return {"ref": self.ref, "task": self.task, "status": self.status, "summary": self.summary}
+
+
+@dataclass(frozen=True, slots=True)
+class RunPlace:
+    """Where a run of a thread works (``Orchestrator.run_place``): the directory its tools
+    work in (and, without the sandbox, its bash may write beyond), and the sandbox of its
+    bash (``auto``, ``required`` or ``none``)."""
+
+    workspace: Path
+    sandbox: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,29 +162,19 @@ class Orchestrator:
         (``orchestrator.background``)."""
         from .isolation import record_job_base, start_job
         from .jobs import JobSpec, load_job
-        from .runtime import create_lead, model_key
+        from .runtime import create_lead
 
         spec = job if isinstance(job, JobSpec) else load_job(Path(job), **overrides)
         from .runtime.executors import check_executor
 
         check_executor(spec, self.store)  # exit 2 before anything is stored
         # Everything that can be checked before anything is stored: every model the job names
-        # is built now (a scripted file is read and compiled, a provider's key is looked up),
-        # so a bad one is exit 2 with nothing stored, never a lead left queued.
+        # is built now, so a bad one is exit 2 with nothing stored, never a lead left queued.
         lead_options, worker_options = (spec.model_options(worker=w) for w in (False, True))
         wanted = [(spec.lead_model, lead_options)]
         wanted.append((spec.worker_spec(), worker_options))
         wanted += [(spec.model_for(t), worker_options) for t in spec.tasks]
-        models: dict[ModelKey, Model] = {}
-        try:
-            for name, options in wanted:
-                key = model_key(name, options)
-                if key not in models:
-                    models[key] = self._make_model(name, **options)
-        except BaseException:
-            for built in models.values():
-                await built.aclose()
-            raise
+        models = await self.build_models(wanted)
         base = None
         if spec.isolation == "worktree":
             # refused (exit 2) before anything is stored when the repository can't be isolated
@@ -194,6 +194,32 @@ class Orchestrator:
         finally:
             await rt.aclose()
         return await self._outcome(rt, outcome)
+
+    async def build_models(
+        self, wanted: Iterable[tuple[str, dict[str, Any]]]
+    ) -> dict[ModelKey, Model]:
+        """Each (spec, provider options) built once, through this orchestrator's model factory:
+        a scripted file read and compiled, a provider's key looked up, a caller's model policy
+        applied. What is bad raises here, with what was built closed: checked before anything
+        is stored (hand what is returned to the runtime: ``JobRuntime.adopt_models``)."""
+        from .runtime import model_key
+
+        models: dict[ModelKey, Model] = {}
+        try:
+            for name, options in wanted:
+                key = model_key(name, options)
+                if key not in models:
+                    models[key] = self._make_model(name, **options)
+        except BaseException:
+            for built in models.values():
+                await built.aclose()
+            raise
+        return models
+
+    async def check_models(self, wanted: Iterable[tuple[str, dict[str, Any]]]) -> None:
+        """``build_models``, then closed: whether they can be built (raises why not)."""
+        for built in (await self.build_models(wanted)).values():
+            await built.aclose()
 
     async def dispatch(self, job_ref: str, tasks: Sequence[dict[str, Any]]) -> list[RunOutcome]:
         """Run more tasks in an existing job (from Python, without the lead's model)."""
@@ -270,6 +296,30 @@ class Orchestrator:
         info, _ = await self._fork_source(ref)
         await self._check(info, message, model, build=True)
         return info
+
+    async def run_place(self, ref: str) -> RunPlace:
+        """Where a run of ``ref`` (resumed, or forked) works, and its bash's sandbox: what a
+        front door that confines its callers to some directories checks before it starts one
+        (``RunPlace``)."""
+        from .runtime import run_workspace
+
+        info = (await self.store.resolve(ref)).thread
+        job = await self._job_for(info)
+        if (info.task or {}).get("worktree"):
+            # a worktree is threadloom's own copy of the job's workspace (under the
+            # repository's git directory): the job's workspace is the place it works on
+            workspace = job.workspace_path
+        else:
+            workspace = run_workspace(info, job)
+        return RunPlace(workspace=workspace.resolve(), sandbox=job.worker_sandbox)
+
+    async def isolation_writes(self, workspace: Path) -> list[Path]:
+        """Where worktree isolation of a job in ``workspace`` writes besides it: the
+        repository's top level and git directory (``RepoStateError`` when it is none). A front
+        door that confines its callers checks them before it starts one."""
+        from .isolation import job_writes
+
+        return await job_writes(workspace)
 
     async def _fork_source(self, ref: str) -> tuple[ThreadInfo, int | None]:
         """The thread ``ref`` names and its fork point (its anchor's last message; none: the
@@ -382,12 +432,15 @@ class Orchestrator:
         status: str | None = None,
         kind: str | None = None,
         limit: int | None = views.LS_LIMIT,
+        before: str | None = None,
     ) -> list[dict[str, Any]]:
         """SPEC ``ls --json``: threads, newest first; ``job`` (any thread's ref: the job around
-        it), ``status`` and ``kind`` filter; ``limit`` None or 0 lists all."""
+        it), ``status`` and ``kind`` filter; ``limit`` None or 0 lists all; ``before`` (a
+        thread's ref, the last of a page): only threads older than it, the next page."""
         job_id = (await self._thread(job)).job_id if job else None
+        older = (await self._thread(before)).id if before else None
         rows = await self.store.list_threads(
-            job_id=job_id, status=status, kind=kind, limit=limit or None
+            job_id=job_id, status=status, kind=kind, limit=limit or None, older_than=older
         )
         return [views.thread_json(t) for t in rows]
 

@@ -79,6 +79,8 @@ class Background:
         self._job_of_task: dict[str, str] = {}
         self._runtimes: dict[str, JobRuntime] = {}
         self._leads_lock = asyncio.Lock()
+        self._leads: dict[tuple[str, str], str] = {}
+        """The lead found for each (name, workspace): found once per process."""
         self._cancelling: set[str] = set()
 
     @property
@@ -87,17 +89,44 @@ class Background:
 
     # ------------------------------------------------------------------ leads
 
-    async def lead(self, job: JobSpec) -> ThreadInfo:
-        """The lead of a front door's job: the newest lead titled ``job.name`` that was started
-        with exactly this spec, else a new one. It is never run by a model (the front door's
-        caller is the lead), so it stays ``idle``; its workers, readers and usage make a job
-        like any other (``tree``, ``stats``, the budget)."""
+    async def lead(self, job: JobSpec, *, models: Sequence[str] = ()) -> ThreadInfo:
+        """The lead of a front door's job: the newest lead titled ``job.name`` whose job works in
+        ``job``'s workspace, else a new one. It is never run by a model (the front door's caller
+        is the lead), so it stays ``idle``; its workers, readers and usage make a job like any
+        other (``tree``, ``stats``, the budget).
+
+        One lead per name and workspace, whatever else the spec says: one found with other
+        settings (the server restarted with other flags) gets this spec stored, so its runs
+        follow the settings in force. A new one is stored only once ``models`` (the workers'
+        specs the first call needs) have been built: a call refused for its model — a missing
+        key, a model the caller may not have — stores nothing."""
         wanted = job.model_dump(mode="json")
+        key = (job.name, str(job.workspace_path))
         async with self._leads_lock:  # two first calls at once make one lead, not two
-            for info in await self.store.list_threads(kind=Kind.LEAD, limit=500):
-                if info.title == job.name and (info.task or {}).get("job") == wanted:
+            found = self._leads.get(key)
+            info = await self.store.get_thread(found) if found else await self._find_lead(job)
+            if info is None:
+                options = job.model_options(worker=True)
+                await self.orch.check_models([(m, options) for m in models])
+                info = await create_lead(self.store, job, status=Status.IDLE)
+            elif (info.task or {}).get("job") != wanted:
+                task = {**(info.task or {}), "job": wanted}
+                info = await self.store.update_thread(info.id, task=task, model=job.lead_model)
+            self._leads[key] = info.id
+            return info
+
+    async def _find_lead(self, job: JobSpec) -> ThreadInfo | None:
+        """The newest lead titled ``job.name`` whose stored job works where ``job`` does."""
+        for info in await self.store.list_threads(kind=Kind.LEAD):
+            stored = (info.task or {}).get("job")
+            if info.title != job.name or not isinstance(stored, dict):
+                continue
+            try:
+                if JobSpec.model_validate(stored).workspace_path == job.workspace_path:
                     return info
-            return await create_lead(self.store, job, status=Status.IDLE)
+            except ValueError:
+                continue  # a spec this version cannot read: not this caller's lead
+        return None
 
     def runtime(self, lead: ThreadInfo) -> JobRuntime:
         """One runtime per lead for as long as this runner lives: its semaphore bounds the
@@ -111,12 +140,9 @@ class Background:
 
     async def dispatch(self, lead: ThreadInfo, tasks: Sequence[dict[str, Any]]) -> list[ThreadInfo]:
         """One worker per task under ``lead``, started at once; returns the workers (queued).
-        Every model the tasks name is built first, so a bad spec or a missing key is refused
-        with nothing stored."""
+        Every model the tasks name is built first (``JobRuntime.spawn_workers``), so a bad
+        spec or a missing key is refused with nothing stored."""
         rt = self.runtime(lead)
-        for raw in tasks:
-            spec = rt.job.worker_spec(raw.get("model"))
-            rt.model(spec, worker=True)
         spawned = await rt.spawn_workers(tool_use_id=f"bg-{new_id()}", tasks=tasks)
         for info, _created in spawned:
             self._start(info.id, lead.id, rt.run_worker(info))

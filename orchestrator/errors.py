@@ -7,6 +7,8 @@ The orchestrator's own error tree; each class carries its exit code (``exit_code
     ├── CliError                   exit 2, or the code it is given (a front door's own errors)
     ├── JobFileError (ValueError)  exit 2: a job file that cannot be run (``jobs``)
     ├── ReadError (ValueError)     exit 2: a page that cannot be read as asked (``runtime.pages``)
+    ├── DispatchError (ValueError) exit 2: tasks a dispatch refuses (an id the job used already)
+    ├── ModelRefused (ValueError)  exit 2: a model a caller may not have built (``model_policy``)
     └── WorktreeError              exit 1: git itself failed (``isolation``)
         └── RepoStateError         exit 2: the repository cannot be isolated as asked
 
@@ -84,6 +86,20 @@ class JobFileError(OrchestratorError, ValueError):
 
 class ReadError(OrchestratorError, ValueError):
     """A page of a thread that cannot be read as asked (a bad mode, pattern or page ref)."""
+
+    exit_code = EXIT_USAGE
+
+
+class DispatchError(OrchestratorError, ValueError):
+    """Tasks a dispatch refuses before any worker is stored (a task id used twice in the
+    call, or already used in the job)."""
+
+    exit_code = EXIT_USAGE
+
+
+class ModelRefused(OrchestratorError, ValueError):
+    """A model a caller asked for that it may not have built: one whose key would go to an
+    endpoint the server was not configured for, or a scripted model a client chose."""
 
     exit_code = EXIT_USAGE
 

@@ -39,7 +39,8 @@ class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
-def _check_tools(tools: list[str]) -> list[str]:
+def check_tools(tools: list[str]) -> list[str]:
+    """``tools`` if each is a worker tool, else the error naming the first that is not."""
     unknown = [t for t in tools if t not in TOOL_REGISTRY]
     if unknown:
         raise ValueError(
@@ -48,17 +49,34 @@ def _check_tools(tools: list[str]) -> list[str]:
     return tools
 
 
-class WorkerDefaults(_Strict):
-    max_turns: int = Field(40, ge=1, le=10_000)
-    timeout_s: float = Field(900.0, gt=0)
-    tools: list[str] = Field(default_factory=lambda: list(DEFAULT_WORKER_TOOLS))
-    # the workers' bash sandbox; None: the job's ``sandbox``
-    sandbox: Literal["auto", "required", "none"] | None = None
-    # the workers' (and readers') model-call knobs; None: the job's value
-    max_output_tokens: int | None = Field(None, ge=1)
-    request_timeout_s: float | None = Field(None, gt=0, allow_inf_nan=False)
+TOOLS_HELP = f"worker tools, each one of {', '.join(sorted(TOOL_REGISTRY))}"
 
-    _tools = field_validator("tools")(_check_tools)
+
+class WorkerDefaults(_Strict):
+    """The workers' limits and tools (a job file's [job.worker] table)."""
+
+    max_turns: int = Field(40, ge=1, le=10_000, description="Model turns a worker may take")
+    timeout_s: float = Field(900.0, gt=0, description="Seconds a worker may run in all")
+    tools: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_WORKER_TOOLS),
+        description=f"The workers' {TOOLS_HELP}; default: {', '.join(DEFAULT_WORKER_TOOLS)}",
+    )
+    # the workers' bash sandbox; None: the job's ``sandbox``
+    sandbox: Literal["auto", "required", "none"] | None = Field(
+        None, description="The workers' bash sandbox; default: the job's sandbox"
+    )
+    # the workers' (and readers') model-call knobs; None: the job's value
+    max_output_tokens: int | None = Field(
+        None, ge=1, description="Output tokens of one worker reply; default: the job's"
+    )
+    request_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds one worker model request may take; default: the job's",
+    )
+
+    _tools = field_validator("tools")(check_tools)
 
     @field_validator("timeout_s", mode="before")
     @classmethod
@@ -66,15 +84,37 @@ class WorkerDefaults(_Strict):
         return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
 
 
-def _title_cap(value: str, info: ValidationInfo) -> str:
-    """``MAX_TITLE_CHARS``, for input only (``JobSpec.from_input``): a spec read back from the
-    store, or built around an imported thread's title, loads whatever its length."""
-    if isinstance(info.context, dict) and info.context.get(_INPUT) and len(value) > MAX_TITLE_CHARS:
+LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+"""Every character ``str.splitlines`` ends a line at. A title or job name is one line of the
+lead's prompt (``Job: …``, ``Task ID: TITLE``) and of every listing: one holding a line break
+would add lines of its own to the prompt, where they read as the orchestrator's."""
+
+
+def check_title(value: str) -> str:
+    """``value`` if it is a title — one line (no ``LINE_BREAKS``), at most ``MAX_TITLE_CHARS``
+    — else the validation error saying why: the rule every door applies (job files,
+    ``run_job``, the lead's and MCP's ``dispatch``)."""
+    at = next((i for i, ch in enumerate(value) if ch in LINE_BREAKS), None)
+    if at is not None:
+        raise PydanticCustomError(
+            "title_not_one_line",
+            f"a title is one line: it holds a line break ({value[at]!r} at character {at + 1});"
+            " the details go in the goal or the prompt",
+        )
+    if len(value) > MAX_TITLE_CHARS:
         raise PydanticCustomError(
             "title_too_long",
             f"at most {MAX_TITLE_CHARS} characters (got {len(value):,}): a title is one line;"
             " the details go in the goal or the prompt",
         )
+    return value
+
+
+def _title_rules(value: str, info: ValidationInfo) -> str:
+    """``check_title``, for input only (``JobSpec.from_input``): a spec read back from the
+    store, or built around an imported thread's title, loads whatever it holds."""
+    if isinstance(info.context, dict) and info.context.get(_INPUT):
+        return check_title(value)
     return value
 
 
@@ -85,12 +125,12 @@ class TaskSpec(_Strict):
     tools: list[str] | None = None
     model: str | None = None
 
-    _title = field_validator("title")(_title_cap)
+    _title = field_validator("title")(_title_rules)
 
     @field_validator("tools")
     @classmethod
     def _tools_known(cls, v: list[str] | None) -> list[str] | None:
-        return None if v is None else _check_tools(v)
+        return None if v is None else check_tools(v)
 
 
 class JobSpec(_Strict):
@@ -127,7 +167,7 @@ class JobSpec(_Strict):
     # where the file was: relative paths (workspace, scripted model files) resolve against it
     base_dir: str = "."
 
-    _name = field_validator("name")(_title_cap)
+    _name = field_validator("name")(_title_rules)
 
     @field_validator("tasks")
     @classmethod
@@ -160,12 +200,7 @@ class JobSpec(_Strict):
 
     def resolve_spec(self, spec: str) -> str:
         """``scripted:PATH`` relative to the job file's directory; other specs unchanged."""
-        if spec.startswith("scripted:"):
-            path = Path(spec.split(":", 1)[1]).expanduser()
-            if not path.is_absolute():
-                path = Path(self.base_dir) / path
-            return f"scripted:{path.resolve()}"
-        return spec
+        return resolve_spec(spec, Path(self.base_dir))
 
     @property
     def lead_model(self) -> str:
@@ -197,6 +232,17 @@ class JobSpec(_Strict):
         if timeout is not None:
             options["timeout"] = timeout
         return options
+
+
+def resolve_spec(spec: str, base_dir: Path) -> str:
+    """``scripted:PATH`` with PATH made absolute (relative to ``base_dir``, ``~`` expanded):
+    the one spelling of a scripted model wherever it was named; other specs unchanged."""
+    if spec.startswith("scripted:"):
+        path = Path(spec.split(":", 1)[1]).expanduser()
+        if not path.is_absolute():
+            path = base_dir / path
+        return f"scripted:{path.resolve()}"
+    return spec
 
 
 def load_job(path: str | Path, **overrides: Any) -> JobSpec:
@@ -243,11 +289,10 @@ def parse_job(text: str, *, name: str, base_dir: Path, **overrides: Any) -> JobS
     raw["base_dir"] = str(base_dir)
     flags = {key: value for key, value in overrides.items() if value is not None}
     for key, value in flags.items():
-        if isinstance(value, str) and value.startswith("scripted:"):
+        if isinstance(value, str):
             # a flag's relative path is the user's, typed where they stand: the current
             # directory, not the job file's folder
-            path = Path(value.split(":", 1)[1]).expanduser()
-            value = f"scripted:{(Path.cwd() / path).resolve()}"
+            value = resolve_spec(value, Path.cwd())
         raw[key] = value
     try:
         spec = JobSpec.from_input(raw)

@@ -281,9 +281,11 @@ class Store:
         forked_from_id: str | None = None,
         limit: int | None = None,
         oldest_first: bool = False,
+        older_than: str | None = None,
     ) -> list[ThreadInfo]:
         """Threads matching every given filter, newest first (or oldest), as readers see them
-        (``running`` with its runner gone reads ``interrupted``, and filters so)."""
+        (``running`` with its runner gone reads ``interrupted``, and filters so);
+        ``older_than``: only threads created before that thread id (a page after it)."""
         return await self.db.read(
             lambda tx: _threads.listing(
                 tx,
@@ -294,6 +296,7 @@ class Store:
                 forked_from_id=forked_from_id,
                 limit=row_limit(limit),
                 oldest_first=oldest_first,
+                older_than=older_than,
             ),
             where="listing threads",
         )

@@ -107,9 +107,11 @@ def listing(
     forked_from_id: str | None = None,
     limit: int | None = None,
     oldest_first: bool = False,
+    older_than: str | None = None,
 ) -> list[ThreadInfo]:
     """``Store.list_threads``: the threads matching every given filter, by id (creation order),
-    as readers see them."""
+    as readers see them; ``older_than``: only ids below it (ids sort by creation, compared byte
+    by byte: ``COLLATE "C"`` on PostgreSQL, as the prefix lookup)."""
     wanted = None if status is None else Status(status)
     # ``running`` and ``interrupted`` depend on whether the runner lives (``as_seen``): fetch
     # both, present, then filter (and limit) here; running threads are few
@@ -126,6 +128,9 @@ def listing(
         where.append("status IN ('running', 'interrupted')")
     elif wanted is not None:
         where.append("status = :status")
+    if older_than is not None:
+        where.append(('id COLLATE "C"' if tx.postgres else "id") + " < :older_than")
+        params["older_than"] = older_than
     sql = SELECT + (" WHERE " + " AND ".join(where) if where else "")
     sql += " ORDER BY id" + ("" if oldest_first else " DESC")
     if limit is not None and not live_dependent:

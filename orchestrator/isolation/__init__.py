@@ -10,7 +10,16 @@ This package imports neither the runtime nor any front door.
 
 from __future__ import annotations
 
-from .job import GcReport, Isolation, WorkerTree, gc, job_base, record_job_base, start_job
+from .job import (
+    GcReport,
+    Isolation,
+    WorkerTree,
+    gc,
+    job_base,
+    job_writes,
+    record_job_base,
+    start_job,
+)
 from .merge import MergeReport, merge_refs, worker_diff
 from .worktrees import JobBase
 
@@ -22,6 +31,7 @@ __all__ = [
     "WorkerTree",
     "gc",
     "job_base",
+    "job_writes",
     "merge_refs",
     "record_job_base",
     "start_job",

@@ -299,6 +299,14 @@ def _stored_base(lead: ThreadInfo) -> wt.JobBase | None:
     return base
 
 
+async def job_writes(workspace: Path) -> list[Path]:
+    """Where a worktree job of ``workspace`` writes, besides the workspace: the repository's
+    top level and its git common directory (objects, refs, the workers' worktrees). Not a
+    repository: ``RepoStateError``."""
+    root = await wt.repo_root(workspace)
+    return [root, await git.common_dir(root)]
+
+
 async def start_job(
     workspace: Path, *, db: Path | None = None, remote: str | None = None
 ) -> wt.JobBase:

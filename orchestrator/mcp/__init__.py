@@ -5,7 +5,7 @@ command does.
 
 from __future__ import annotations
 
-from ._main import parse_http, serve
+from ._main import Http, parse_http, serve
 from ._server import Settings, Threadloom
 
-__all__ = ["Settings", "Threadloom", "parse_http", "serve"]
+__all__ = ["Http", "Settings", "Threadloom", "parse_http", "serve"]

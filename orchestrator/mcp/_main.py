@@ -3,9 +3,26 @@ server is stopped), then stop what still runs (threads left ``interrupted``, res
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from ..api import Orchestrator
 from ..errors import CliError
-from ._server import Settings, Threadloom, listen
+from ..exposure import bind, expose
+from ._server import Settings, Threadloom
+
+
+@dataclass(frozen=True, slots=True)
+class Http:
+    """How ``mcp --http`` is exposed: where it binds, the bearer token every request must
+    carry (``token_file``: where it came from; None: generated at start), and the Host names
+    it answers besides this machine's (``allow_hosts``)."""
+
+    host: str
+    port: int
+    token: str
+    token_file: str | None = None
+    allow_hosts: Sequence[str] = ()
 
 
 def parse_http(value: str) -> tuple[str, int]:
@@ -18,11 +35,11 @@ def parse_http(value: str) -> tuple[str, int]:
 
 
 async def serve(
-    db: str, *, create_dirs: bool, settings: Settings, http: tuple[str, int] | None = None
+    db: str, *, create_dirs: bool, settings: Settings, http: Http | None = None
 ) -> None:
     """Serve stdio, or (``http``) streamable HTTP on a socket bound before the store is opened:
     an address that cannot be listened on is one line (exit 2) and nothing was created."""
-    sock = listen(*http) if http is not None else None
+    sock = bind(http.host, http.port, door="mcp") if http is not None else None
     try:
         async with await Orchestrator.open(db, create_dirs=create_dirs) as orch:
             app = Threadloom(orch, settings)
@@ -30,7 +47,15 @@ async def serve(
                 if http is None:
                     await app.serve_stdio()
                 else:
-                    await app.serve_http(*http, sock=sock)
+                    assert sock is not None
+                    exposure = expose(
+                        sock,
+                        http.host,
+                        allow_hosts=http.allow_hosts,
+                        token=http.token,
+                        token_file=http.token_file,
+                    )
+                    await app.serve_http(sock, exposure)
             finally:
                 await app.aclose()
     finally:

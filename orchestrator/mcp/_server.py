@@ -1,5 +1,6 @@
-"""The MCP server object: settings, where a call works (workspace and roots), who calls, and how
-it is served (stdio or streamable HTTP).
+"""The MCP server object: settings, who calls, which models a client may have built
+(``model_policy``), and how it is served (stdio, or streamable HTTP behind ``exposure.Guard``).
+Where a call may work is ``_roots``.
 
 Everything a call needs arrives in its arguments (refs, a workspace) or is read from the store;
 nothing is kept in the MCP session, so a client that reconnects, or a second client, carries on
@@ -9,25 +10,22 @@ only ``threadloom mcp`` pays for it.
 
 from __future__ import annotations
 
-import asyncio
 import socket
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import structlog
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.shared.exceptions import MCPDeprecationWarning
 from pydantic import ValidationError
 
 from ..api import Orchestrator
 from ..background import Background
-from ..errors import CliError
+from ..exposure import Exposure, Guard, announce
 from ..jobs import DEFAULT_MODEL, JobSpec
+from ..model_policy import ModelPolicy
 from ._refusals import validation_line
 
 log = structlog.get_logger("threadloom.mcp")
@@ -42,9 +40,6 @@ INSTRUCTIONS = (
     " sessions and clients."
 )
 MAX_CLIENT_NAME = 100
-ROOTS_TIMEOUT_S = 3.0
-"""A client that declares roots but does not answer within this costs a call no more: the call
-works without them (its wait_s, at most 50 s, still leaves room under a client's ~60 s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +47,10 @@ class Settings:
     """The server's defaults (``threadloom mcp`` flags). ``model``/``worker_model``: specs as in
     a job file (a relative ``scripted:`` path is the server's working directory's);
     ``budget_tokens`` bounds each client's job (0: none); ``cwd`` is the workspace of a call
-    that names none from a client without roots."""
+    that names none from a client without roots. ``endpoints``: OpenAI-compatible endpoints a
+    client's model may name besides the server's own (``--allow-endpoint``);
+    ``allow_scripted``: whether a client may name a scripted model of its own
+    (``model_policy``)."""
 
     model: str | None = None
     worker_model: str | None = None
@@ -60,24 +58,41 @@ class Settings:
     max_parallel: int = 4
     cwd: Path = field(default_factory=Path.cwd)
     progress_every_s: float = 5.0
+    endpoints: tuple[str, ...] = ()
+    allow_scripted: bool = False
 
 
 class Threadloom:
     """The server object: an ``MCPServer`` with threadloom's tools and resources over one
     ``Orchestrator`` and its ``Background`` runner. ``aclose`` stops what still runs (left
-    ``interrupted``, resumable) — call it after serving."""
+    ``interrupted``, resumable) — call it after serving.
+
+    Every model ``orch`` builds from then on goes through the server's ``ModelPolicy`` (its
+    model factory is wrapped): a client's work — and what that work starts, a ``run_job``
+    lead's workers included — gets only the models the server allows its clients."""
 
     def __init__(self, orch: Orchestrator, settings: Settings | None = None) -> None:
+        from workers import make_model
+
+        from ._reading import register_reading
         from ._resources import register_resources
         from ._tools import register_tools
 
         self.orch = orch
-        self.settings = settings or Settings()
-        self.background = Background(orch, progress_every_s=self.settings.progress_every_s)
+        self.settings = s = settings or Settings()
+        self.policy = ModelPolicy.of(
+            (s.model, s.worker_model),
+            endpoints=s.endpoints,
+            scripted=s.allow_scripted,
+            base_dir=s.cwd,
+        )
+        orch.model_factory = self.policy.guard(orch.model_factory or make_model)
+        self.background = Background(orch, progress_every_s=s.progress_every_s)
         self.server: MCPServer[Any] = _Server(
             SERVER_NAME, instructions=INSTRUCTIONS, version=_version(), log_level="WARNING"
         )
         register_tools(self)
+        register_reading(self)
         register_resources(self)
 
     async def aclose(self) -> None:
@@ -92,25 +107,12 @@ class Threadloom:
         name = params.client_info.name if params is not None else ""
         return " ".join(name.split())[:MAX_CLIENT_NAME].rstrip() or "client"
 
-    async def roots(self, ctx: Context[Any, Any]) -> list[Path]:
-        """The client's roots as local directories; ``[]`` when it has none or cannot say."""
-        session = ctx.session
-        caps = session.client_capabilities
-        if caps is None or caps.roots is None or not session.can_send_request:
-            return []
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", MCPDeprecationWarning)
-                listed = await asyncio.wait_for(session.list_roots(), ROOTS_TIMEOUT_S)
-        except Exception as exc:  # a client that declares roots but cannot list them
-            log.warning("mcp.roots_unavailable", error=str(exc))
-            return []
-        return local_dirs([str(root.uri) for root in listed.roots])
-
-    async def workspace(self, ctx: Context[Any, Any], given: str | None) -> Path:
-        """The ``workspace`` argument, else the client's first root, else the server's working
-        directory. A path outside the client's roots is refused."""
-        return place(await self.roots(ctx), self.settings.cwd, given)
+    def models(self, *specs: str | None) -> None:
+        """The models a client named, each refused unless it may have it (``ModelPolicy``):
+        said before anything is stored, whatever the call would store first."""
+        for spec in specs:
+            if spec:
+                self.policy.check(spec)
 
     def job_spec(self, client: str, workspace: Path) -> JobSpec:
         """The spec of a client's job in one workspace: the server's models and budget."""
@@ -131,64 +133,23 @@ class Threadloom:
     async def serve_stdio(self) -> None:
         await self.server.run_stdio_async()
 
-    async def serve_http(self, host: str, port: int, *, sock: socket.socket | None = None) -> None:
-        """Streamable HTTP at ``http://HOST:PORT/mcp`` with the SDK's DNS-rebinding protection
-        on: only this host (and the loopback names) may be named in ``Host`` and ``Origin``.
-        ``sock``: the socket ``listen(host, port)`` bound (else it is bound here); it is
-        closed when serving ends."""
+    async def serve_http(self, sock: socket.socket, exposure: Exposure) -> None:
+        """Streamable HTTP at ``http://HOST:PORT/mcp`` on ``sock`` (bound by
+        ``exposure.bind``), behind ``exposure.Guard``: the Host and Origin names it allows
+        (against DNS rebinding, as for ``serve``) and its bearer token. Says where it listens
+        (one line on stderr, the token in it when it was generated) before it serves."""
         import uvicorn
 
-        names = [host, "127.0.0.1", "localhost", "[::1]"]
-        security = TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=[f"{n}:*" for n in dict.fromkeys(names)],
-            allowed_origins=[f"http://{n}:*" for n in dict.fromkeys(names)],
-        )
+        # the Guard checks Host and Origin for both HTTP doors: the SDK's own check (bound
+        # host and loopback names only) would refuse the machine's names a non-loopback bind
+        # answers, and would be a second, different list
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        app = self.server.streamable_http_app(transport_security=security, host=exposure.host)
+        config = uvicorn.Config(Guard(app, exposure), log_level="warning")
+        announce(exposure, what="MCP, streamable HTTP", path="/mcp")
         # the SDK's run_streamable_http_async, on a socket bound first: uvicorn binding it
         # itself logs a failure and exits the process
-        app = self.server.streamable_http_app(transport_security=security, host=host)
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning")
-        with sock or listen(host, port) as bound:
-            await uvicorn.Server(config).serve(sockets=[bound])
-
-
-def listen(host: str, port: int) -> socket.socket:
-    """A listening socket at ``host:port``, or one line (exit 2) saying why not — the address
-    is in use, the host does not resolve or is not this machine's — as ``serve`` says it."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
-        sock.bind((host, port))
-        sock.listen(2048)
-    except OSError as err:
-        sock.close()
-        why = err.strerror or str(err)  # getaddrinfo's too: "Name or service not known"
-        shown = f"[{host}]" if ":" in host else host
-        raise CliError(f"mcp: cannot listen on {shown}:{port}: {why}") from None
-    return sock
-
-
-def local_dirs(uris: list[str]) -> list[Path]:
-    """``file://`` root URIs as resolved local paths (other schemes are not directories)."""
-    out = []
-    for raw in uris:
-        uri = urlparse(raw)
-        if uri.scheme == "file":
-            out.append(Path(unquote(uri.path)).resolve())
-    return out
-
-
-def place(roots: list[Path], cwd: Path, given: str | None) -> Path:
-    """Where a call works: ``given`` (relative to the first root, else ``cwd``), else the first
-    root, else ``cwd``; refused outside the roots, or when it is not a directory."""
-    base = roots[0] if roots else cwd
-    path = base if not given else (base / Path(given).expanduser()).resolve()
-    if roots and not any(path == r or path.is_relative_to(r) for r in roots):
-        shown = ", ".join(str(r) for r in roots)
-        raise ToolError(f"workspace {path} is outside the client's roots ({shown})")
-    if not path.is_dir():
-        raise ToolError(f"workspace {path}: no such directory")
-    return path
+        await uvicorn.Server(config).serve(sockets=[sock])
 
 
 class _Server(MCPServer[Any]):

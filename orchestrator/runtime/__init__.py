@@ -13,7 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .job import JobRuntime, ModelFactory, ModelKey, model_key
+    from .job import JobRuntime, ModelFactory, ModelKey, model_key, run_workspace
     from .pages import DEFAULT_MAX_CHARS, Mode, Page, read_page
     from .threads import create_lead, job_of
 
@@ -28,6 +28,7 @@ _WHERE = {
     "job_of": ".threads",
     "model_key": ".job",
     "read_page": ".pages",
+    "run_workspace": ".job",
 }
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "job_of",
     "model_key",
     "read_page",
+    "run_workspace",
 ]
 
 

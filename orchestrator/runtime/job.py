@@ -84,6 +84,12 @@ def model_key(spec: str, options: dict[str, Any]) -> ModelKey:
     return spec, tuple(sorted(options.items()))
 
 
+def run_workspace(info: ThreadInfo, job: JobSpec) -> Path:
+    """The directory a run of ``info`` works in: its task's (a worker's, its worktree's), else
+    its job's."""
+    return Path((info.task or {}).get("workspace") or job.workspace_path)
+
+
 @dataclass
 class JobRuntime:
     """Everything a running job shares. ``spawned`` collects the worker threads this run created
@@ -259,7 +265,7 @@ class JobRuntime:
                 bash_timeout_s=self.config.bash_timeout_s,
                 lease_ttl_s=self.config.lease_ttl_s,  # a Temporal host's: its heartbeat's
             )
-        workspace = Path(task.get("workspace") or self.job.workspace_path)
+        workspace = run_workspace(info, self.job)
         outcome = await run_thread(
             self.store,
             info.id,
@@ -335,7 +341,12 @@ class JobRuntime:
     async def spawn_workers(
         self, *, tool_use_id: str, tasks: Sequence[dict[str, Any]]
     ) -> list[tuple[ThreadInfo, bool]]:
-        """One worker thread per task (``threads.spawn_workers``), counted in ``spawned``."""
+        """One worker thread per task (``threads.spawn_workers``), counted in ``spawned``.
+        Each task's model is built first: one that cannot be (a bad spec, a missing key, a
+        model the caller may not have) refuses the dispatch with nothing stored, rather than
+        leave a worker queued that no run can start."""
+        for raw in tasks:
+            self.model(self.job.worker_spec(raw.get("model")), worker=True)
         out = await threads.spawn_workers(
             self.store,
             self.job,

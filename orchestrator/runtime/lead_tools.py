@@ -16,16 +16,24 @@ import re
 from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Literal, Protocol, TypeVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from store import Kind, Result, Status, Store, StoreError, ThreadInfo, ThreadRef, format_ref
 from store.errors import RefError
-from workers import RunOutcome
-from workers.tools import TOOL_REGISTRY, Tool, ToolContext, ToolFailure, ToolInput, ToolOutput
+from workers import RunOutcome, ScriptError
+from workers.tools import Tool, ToolContext, ToolFailure, ToolInput, ToolOutput
 
-from ..errors import ReadError, WorktreeError
+from ..errors import DispatchError, ReadError, WorktreeError
 from ..isolation import merge_refs
-from ..jobs import MAX_TASK_ID_CHARS, MAX_TITLE_CHARS, TASK_ID_PATTERN, TITLE_HELP
+from ..jobs import (
+    MAX_TASK_ID_CHARS,
+    MAX_TITLE_CHARS,
+    TASK_ID_PATTERN,
+    TITLE_HELP,
+    TOOLS_HELP,
+    check_title,
+    check_tools,
+)
 from .pages import DEFAULT_MAX_CHARS, read_page, split_offset
 
 _CITATION = re.compile(r"T-[0-9a-hjkmnp-tv-z]{4,26}(?:#[0-9]+(?:-[0-9]*)?)?")
@@ -92,16 +100,17 @@ class JobTool(Tool[InputT]):
 
 
 class TaskInput(ToolInput):
-    """A task as every door takes it (the lead's ``dispatch``, MCP's ``dispatch`` and
-    ``run_job``): its id and title follow the job file's rules."""
+    """A task for one fresh-context worker: the only thing it is told."""
 
+    # every door takes tasks so (the lead's ``dispatch``, MCP's ``dispatch`` and ``run_job``):
+    # the job file's rules for ids and titles, the worker tools by name
     id: (
         Annotated[str, Field(min_length=1, max_length=MAX_TASK_ID_CHARS, pattern=TASK_ID_PATTERN)]
         | None
     ) = Field(
         None,
         description="A short id unique within the job, e.g. 'tokenizer': a letter or digit,"
-        " then letters, digits, '.', '_' or '-'",
+        " then letters, digits, '.', '_' or '-'; default: task-N",
     )
     title: str = Field(
         min_length=1, max_length=MAX_TITLE_CHARS, description=f"What the task is. {TITLE_HELP}"
@@ -110,8 +119,26 @@ class TaskInput(ToolInput):
         description="Everything the worker needs: it starts from a fresh context and sees only"
         " this (name files, failing tests, constraints, what to report)"
     )
-    tools: list[str] | None = Field(None, description="Worker tools; default: the job's")
-    model: str | None = Field(None, description="Model spec; default: the job's worker model")
+    tools: list[str] | None = Field(None, description=f"The {TOOLS_HELP}; default: the job's")
+    model: str | None = Field(
+        None, description="This worker's model spec; default: the job's worker model"
+    )
+
+    _title = field_validator("title")(check_title)
+
+    @field_validator("tools")
+    @classmethod
+    def _tools_known(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else check_tools(v)
+
+
+def check_tasks(tasks: Sequence[TaskInput]) -> None:
+    """The rule of one dispatch that no single task can check: ids unique in it
+    (``threads.spawn_workers`` checks them against the job's earlier dispatches)."""
+    ids = [t.id for t in tasks if t.id]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise DispatchError(f"duplicate task id {dupes[0]!r}")
 
 
 class DispatchInput(ToolInput):
@@ -128,22 +155,13 @@ class DispatchTool(JobTool[DispatchInput]):
     replay_safe: ClassVar[bool] = True  # dispatch rows make a replay reuse its workers
 
     async def run(self, args: DispatchInput, ctx: ToolContext) -> ToolOutput:
-        ids = [t.id for t in args.tasks if t.id]
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
-        if dupes:
-            raise ToolFailure(f"duplicate task id {dupes[0]!r}")
-        for t in args.tasks:
-            unknown = [x for x in (t.tools or []) if x not in TOOL_REGISTRY]
-            if unknown:
-                raise ToolFailure(
-                    f"unknown tool {unknown[0]!r}; available: {', '.join(sorted(TOOL_REGISTRY))}"
-                )
         try:
+            check_tasks(args.tasks)
             spawned = await self.rt.spawn_workers(
                 tool_use_id=ctx.tool_use_id,
                 tasks=[t.model_dump(exclude_none=True) for t in args.tasks],
             )
-        except ValueError as err:
+        except (ValueError, ScriptError) as err:  # a task refused, a model that cannot be built
             raise ToolFailure(str(err)) from None
         results: list[dict[str, Any] | None] = [None] * len(spawned)
 

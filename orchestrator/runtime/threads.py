@@ -22,6 +22,7 @@ from store import (
 from workers import ORCHESTRATOR_TOOL_ID_PREFIX, SUBMIT_RESULT, worker_system_prompt
 from workers.providers import parse_model_spec
 
+from ..errors import DispatchError
 from ..isolation import Isolation
 from ..jobs import JobSpec, TaskSpec
 from .prompts import lead_system_prompt, reader_system_prompt
@@ -73,11 +74,37 @@ async def spawn_workers(
     tasks: Sequence[dict[str, Any]],
 ) -> list[tuple[ThreadInfo, bool]]:
     """One worker thread per task (idempotent per lead tool_use id and task index): (thread,
-    created now). ``isolation``: the job's worktree isolation, which places each worker."""
+    created now). ``isolation``: the job's worktree isolation, which places each worker.
+
+    A task id names its worker in the job (the dispatch row, the branch, ``{{ref:ID}}``): an
+    id another dispatch of the job used is refused (``DispatchError``, nothing stored), and a
+    task without one is ``task-N`` (N its place in the dispatch), or the next N the job has
+    not used. A replay of this dispatch (the same ``tool_use_id``) finds the same ids, and its
+    rows."""
+    earlier = {
+        d.task_key
+        for d in await store.dispatches.of_lead(lead_id)
+        if d.tool_use_id != tool_use_id and d.task_key
+    }
+    given = [str(raw["id"]) for raw in tasks if raw.get("id")]
+    reused = next((i for i in given if i in earlier), None)
+    if reused is not None:
+        raise DispatchError(
+            f"task id {reused!r} is used in this job already: give each task its own id"
+        )
+    taken = earlier | set(given)
+    keys = []
+    for i, raw in enumerate(tasks):
+        key, n = raw.get("id"), i + 1
+        while not key:
+            key = f"task-{n}" if f"task-{n}" not in taken else None
+            n += 1
+        taken.add(str(key))
+        keys.append(str(key))
     spawns = []
     iso = isolation
     for i, raw in enumerate(tasks):
-        task_id = str(raw.get("id") or f"task-{i + 1}")
+        task_id = keys[i]
         tools = list(raw.get("tools") or job.worker.tools)
         spec = job.worker_spec(raw.get("model"))
         parse_model_spec(spec)

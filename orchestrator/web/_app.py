@@ -2,10 +2,12 @@
 
 Read-only by construction: every route is a GET, and nothing here calls a writing method of
 the store. Bound to 127.0.0.1 unless told otherwise (an empty host, which would bind every
-interface, is refused); on a loopback address, however it is spelt, the ``Host`` header must
-name the loopback too, so a page elsewhere cannot reach the transcripts through DNS rebinding.
-Every response carries a Content-Security-Policy that allows only this server's own stylesheet
-and script: even a template mistake could not run transcript text as code.
+interface, is refused). What reaches it is decided as for ``mcp --http``
+(``orchestrator.exposure``): only allowed ``Host`` names are answered, however the server is
+bound, so a page elsewhere cannot reach the transcripts through DNS rebinding; with a token,
+only requests that carry it. Every response carries a Content-Security-Policy that allows only
+this server's own stylesheet and script: even a template mistake could not run transcript text
+as code.
 
 A running thread's page follows new messages through server-sent events: ``/t/T-…/events``
 polls the store (one indexed read of the thread row every ``POLL_S``; the runner may be another
@@ -17,10 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
-import os
-import sys
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +27,6 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
-    PlainTextResponse,
     RedirectResponse,
     Response,
     StreamingResponse,
@@ -37,6 +35,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..exposure import Exposure, Guard, announce, bind, expose
 from ._templates import KINDS, STATIC, STATUSES, render
 from ._views import LIST_LIMIT, SEARCH_LIMIT, message_views, server_links, thread_page
 
@@ -58,30 +57,22 @@ _HEADERS = [
     (b"referrer-policy", b"no-referrer"),
     (b"x-frame-options", b"DENY"),
 ]
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
 
 
 class BadRequest(ValueError):
     """A query parameter that makes no sense (400, naming it)."""
 
 
-class _Guard:
-    """Security headers on every response; a ``Host`` outside ``allowed`` is refused (400)."""
+class _SecurityHeaders:
+    """The security headers on every response (the exposure's refusals included)."""
 
-    def __init__(self, app: ASGIApp, allowed: Sequence[str] | None) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.allowed = None if allowed is None else {h.lower() for h in allowed}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self.allowed is not None:
-            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1").lower()
-            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-            if name not in self.allowed:
-                await PlainTextResponse("unknown Host", status_code=400)(scope, receive, send)
-                return
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -91,35 +82,10 @@ class _Guard:
         await self.app(scope, receive, send_with_headers)
 
 
-def allowed_hosts(host: str, bound: str | None = None) -> list[str] | None:
-    """The Host names a server bound to ``host`` answers: the loopback names (and ``host``
-    itself) on a loopback address, anything (None) when it was bound elsewhere on purpose.
-
-    ``bound``: the address the socket was actually bound to. It decides when given, so a
-    loopback spelt another way (``LOCALHOST``, ``2130706433``, a name resolving to 127.0.1.1)
-    keeps the check on."""
-    name = host.lower()
-    if name in LOOPBACK_HOSTS or name.startswith("127.") or _is_loopback(bound):
-        return [*LOOPBACK_HOSTS, name]
-    return None
-
-
-def _is_loopback(address: str | None) -> bool:
-    if address is None:
-        return False
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return False
-    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
-    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
-
-
-def create_app(
-    db: str, *, hosts: Sequence[str] | None = None, create_dirs: bool = False
-) -> ASGIApp:
+def create_app(db: str, *, exposure: Exposure | None = None, create_dirs: bool = False) -> ASGIApp:
     """The viewer over the database ``db`` (a path or URL, as ``--db``; ``create_dirs`` as for
-    ``Orchestrator.open``); ``hosts``: the Host names to answer (None: any)."""
+    ``Orchestrator.open``); ``exposure``: what reaches it (``exposure.Guard``: the Host names,
+    the token), None to answer anything (an app driven in-process)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -153,7 +119,7 @@ def create_app(
             BadRequest: _bad_request,
         },
     )
-    return _Guard(app, hosts)
+    return _SecurityHeaders(app if exposure is None else Guard(app, exposure))
 
 
 def _orch(request: Request) -> Orchestrator:
@@ -356,43 +322,30 @@ async def _probe(db: str, *, create_dirs: bool) -> None:
 
 
 def serve(
-    db: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, create_dirs: bool = False
+    db: str,
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    create_dirs: bool = False,
+    allow_hosts: Sequence[str] = (),
+    token: str | None = None,
+    token_file: str | None = None,
 ) -> None:
-    """Serve the viewer until Ctrl-C (uvicorn; one line on stderr says where). The socket is
-    bound here first, so an address in use is an ``OSError`` naming it, raised before anything
-    is served (uvicorn would log it and exit)."""
-    import socket
-
+    """Serve the viewer until Ctrl-C (uvicorn). The socket is bound here first
+    (``exposure.bind``: an address that cannot be listened on is one line, exit 2, before
+    anything is served); then stderr says where it listens, and warns when that is beyond the
+    loopback (``exposure.start_lines``). ``allow_hosts``: Host names answered besides this
+    machine's; ``token``: required of every request (``token_file``: where it came from)."""
     import uvicorn
 
-    if not host.strip():  # the empty host binds every interface, with no Host check
-        raise ValueError("host: empty; name the address to bind (0.0.0.0: every interface)")
     asyncio.run(_probe(db, create_dirs=create_dirs))
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # resolved apart first: create_server reports a failed lookup as an OSError whose errno is
-    # a negative EAI_* code ("Unknown error -2" through strerror), and an over-long label as
-    # a TypeError
-    try:
-        socket.getaddrinfo(host, port, family=family, type=socket.SOCK_STREAM)
-    except socket.gaierror as err:
-        raise OSError(err.errno, f"cannot resolve host {host!r}: {err.strerror}") from None
-    except UnicodeError:
-        raise OSError(None, f"cannot resolve host {host!r}: not a valid host name") from None
-    try:
-        sock = socket.create_server((host, port), family=family)
-    except OSError as err:
-        why = os.strerror(err.errno) if err.errno else str(err)
-        raise OSError(err.errno, f"cannot listen on {host}:{port}: {why}") from None
-    bound = sock.getsockname()
+    sock = bind(host, port, door="serve")
+    exposure = expose(sock, host, allow_hosts=allow_hosts, token=token, token_file=token_file)
     config = uvicorn.Config(
-        create_app(db, hosts=allowed_hosts(host, bound[0]), create_dirs=create_dirs),
+        create_app(db, exposure=exposure, create_dirs=create_dirs),
         log_level="warning",
         lifespan="on",
     )
-    shown_host = f"[{host}]" if ":" in host else host
-    sys.stderr.write(
-        f"threadloom: serving http://{shown_host}:{bound[1]}/ (read-only; Ctrl-C stops)\n"
-    )
-    sys.stderr.flush()
+    announce(exposure, what="read-only", path="/", browser=True)
     with sock:
         uvicorn.Server(config).run(sockets=[sock])

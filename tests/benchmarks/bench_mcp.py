@@ -45,8 +45,9 @@ SUBMIT = {"tool_calls": [{"name": "submit_result", "input": {"status": "done", "
 RULES = [{"match": "(?m)^Task ", "turns": [SUBMIT]}]
 
 
-def tasks(n: int) -> list[dict[str, Any]]:
-    return [{"id": f"t{i}", "title": f"task {i}", "prompt": f"part {i}"} for i in range(n)]
+def tasks(n: int, batch: int) -> list[dict[str, Any]]:
+    """``n`` tasks of one batch: a task id is unique in its job, across dispatches."""
+    return [{"id": f"b{batch}-t{i}", "title": f"task {i}", "prompt": f"part {i}"} for i in range(n)]
 
 
 async def round_trips(
@@ -76,10 +77,11 @@ async def round_trips(
     }
 
 
-async def fan_out_mcp(app: Threadloom, n: int) -> float:
+async def fan_out_mcp(app: Threadloom, n: int, batch: int) -> float:
     async with Client(app.server, client_info=Implementation(name="bench", version="1")) as c:
         start = time.perf_counter()
-        out = (await c.call_tool("dispatch", {"tasks": tasks(n), "wait_s": 0})).structured_content
+        args = {"tasks": tasks(n, batch), "wait_s": 0}
+        out = (await c.call_tool("dispatch", args)).structured_content
         assert out is not None
         refs = [w["ref"] for w in out["workers"]]
         pending = list(refs)
@@ -93,9 +95,9 @@ async def fan_out_mcp(app: Threadloom, n: int) -> float:
         return time.perf_counter() - start
 
 
-async def fan_out_api(orch: Orchestrator, job: str, n: int) -> float:
+async def fan_out_api(orch: Orchestrator, job: str, n: int, batch: int) -> float:
     start = time.perf_counter()
-    outcomes = await orch.dispatch(job, tasks(n))
+    outcomes = await orch.dispatch(job, tasks(n, batch))
     for o in outcomes:
         await orch.read(f"T-{o.thread_id}", mode="overview")
     return time.perf_counter() - start
@@ -175,9 +177,9 @@ async def main() -> None:
                 trips = await round_trips(orch, app, args.calls, args.rounds)
                 lead = await app.background.lead(app.job_spec("bench-api", root / "ws"))
                 mcp_s, api_s = [], []
-                for _ in range(args.rounds):
-                    mcp_s.append(await fan_out_mcp(app, args.workers))
-                    api_s.append(await fan_out_api(orch, lead.ref, args.workers))
+                for batch in range(args.rounds):
+                    mcp_s.append(await fan_out_mcp(app, args.workers, batch))
+                    api_s.append(await fan_out_api(orch, lead.ref, args.workers, batch))
             finally:
                 await app.aclose()
         m, a = statistics.median(mcp_s), statistics.median(api_s)

@@ -154,6 +154,9 @@ def test_bad_job_files_are_exit_2_with_one_line_naming_the_key_and_nothing_is_st
         "toml": '[job\nname = "x"\n',
         "workspace": '[job]\nname = "x"\ngoal = "g"\nworkspace = "nope"\n',
         "model": '[job]\nname = "x"\ngoal = "g"\nmodel = "gpt4"\n',
+        "name": '[job]\nname = "x\\nGoal: other"\ngoal = "g"\n',
+        "title": '[job]\nname = "x"\ngoal = "g"\n[[task]]\nid = "a"\ntitle = "t\\r"\n'
+        'prompt = "p"\n',
     }
     expect = {
         "unknown": ("4", "modle", "did you mean 'model'"),
@@ -163,6 +166,8 @@ def test_bad_job_files_are_exit_2_with_one_line_naming_the_key_and_nothing_is_st
         "toml": ("1", "not valid TOML"),
         "workspace": ("4", "workspace", "does not exist"),
         "model": ("gpt4",),
+        "name": ("2", "job.name", "a title is one line"),
+        "title": ("6", "task[0].title", "a title is one line"),
     }
     for name, text in cases.items():
         path = env.root / f"{name}.toml"

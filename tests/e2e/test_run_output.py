@@ -17,7 +17,8 @@ def test_the_run_report_and_progress_show_control_characters_visibly(env: Env) -
             {"match": "Job: esc", "turns": [{"text": f"report {HOSTILE}"}]},
             {"match": "(?m)^Task a:", "turns": [submit(f"summary {HOSTILE}")]},
         ],
-        [{"id": "a", "title": f"title {HOSTILE}", "prompt": "p"}],
+        # a title is one line (no \r: refused), but may hold any other control character
+        [{"id": "a", "title": f"title {HOSTILE.replace(chr(13), '')}", "prompt": "p"}],
     )
     res = env.run("-v", "run", str(job))
     assert res.code == 0, res.stderr

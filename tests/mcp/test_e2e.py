@@ -12,8 +12,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,21 @@ from mcp import Client, StdioServerParameters
 
 from orchestrator.cli import main
 
+from ._proxy import bearer_proxy
 from .conftest import Setup, data, make_setup, node_tool
 
 SERVER_START_GUARD_S = 120.0  # a hang guard, not a timing claim (bench_mcp.py measures start-up)
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"},
+    },
+}
+"""A client's first request on the 2025-06-18 handshake."""
 
 
 THREADLOOM = Path(sys.executable).with_name("threadloom")  # the installed console script
@@ -66,16 +79,7 @@ async def test_stdio_the_command_serves_a_dispatch_and_its_wait(setup: Setup) ->
 
 def test_stdio_the_command_answers_initialize_and_exits_on_eof(setup: Setup) -> None:
     lines = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "1"},
-            },
-        },
+        INITIALIZE,
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
     ]
@@ -116,15 +120,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class HttpServer:
+    url: str
+    token: str
+    port: int
+    start: str
+    """What it said when it started (its stderr's first line)."""
+
+
 @contextmanager
-def serving_http(setup: Setup) -> Iterator[str]:
-    """``threadloom mcp --http 127.0.0.1:PORT`` running; yields its URL. Its log goes to a file
-    (a pipe nobody reads would fill and stall it)."""
+def started_http(setup: Setup, *flags: str) -> Iterator[tuple[int, str]]:
+    """``threadloom mcp --http 127.0.0.1:PORT FLAGS`` running: its port and the line it said
+    when it started. Its log goes to a file (a pipe nobody reads would fill and stall it)."""
     port = free_port()
     log = setup.root / "server.log"
     with log.open("w") as err:
         proc = subprocess.Popen(
-            command(setup, "--model", setup.model, "--http", f"127.0.0.1:{port}"),
+            command(setup, "--model", setup.model, "--http", f"127.0.0.1:{port}", *flags),
             cwd=setup.ws,
             env=child_env(),
             stdout=subprocess.DEVNULL,
@@ -132,34 +145,61 @@ def serving_http(setup: Setup) -> Iterator[str]:
         )
     try:
         guard = time.monotonic() + SERVER_START_GUARD_S
-        while True:
-            assert proc.poll() is None, log.read_text()
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert time.monotonic() < guard, "the HTTP server never listened"
-            time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/mcp"
+        while not (said := log.read_text()).endswith("\n"):
+            assert proc.poll() is None, said
+            assert time.monotonic() < guard, "the HTTP server never said where it listens"
+            time.sleep(0.1)  # polls another process's log: no event to wait on
+        yield port, said.splitlines()[0]
     finally:
         proc.terminate()
         proc.wait(timeout=30)
 
 
+@contextmanager
+def serving_http(setup: Setup) -> Iterator[HttpServer]:
+    """``threadloom mcp --http``, running; yields where it said it listens and the token it
+    generated and printed."""
+    with started_http(setup) as (port, first):
+        found = re.fullmatch(
+            r"threadloom: serving (http://127\.0\.0\.1:\d+/mcp) \(MCP, streamable HTTP; a token"
+            r' is required: send "Authorization: Bearer ([^"]+)"; Ctrl-C stops\)',
+            first,
+        )
+        assert found, first
+        yield HttpServer(url=found[1], token=found[2], port=port, start=first)
+
+
 @pytest.fixture
-def http_server(setup: Setup) -> Iterator[str]:
-    with serving_http(setup) as url:
-        yield url
+def http_server(setup: Setup) -> Iterator[HttpServer]:
+    with serving_http(setup) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
-def shared_http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One server for the conformance scenarios (they only read)."""
-    with serving_http(make_setup(tmp_path_factory.mktemp("conformance"))) as url:
-        yield url
+def shared_http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
+    """One server for the conformance scenarios and the token's refusals (they only read)."""
+    with serving_http(make_setup(tmp_path_factory.mktemp("conformance"))) as server:
+        yield server
 
 
-async def test_http_the_command_serves_streamable_http(http_server: str) -> None:
-    async with Client(http_server) as c:
+@asynccontextmanager
+async def authorized(server: HttpServer) -> AsyncIterator[Client]:
+    """The SDK's client on the server, sending its bearer token."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {"Authorization": f"Bearer {server.token}"}
+    async with (
+        httpx2.AsyncClient(headers=headers) as http,
+        Client(streamable_http_client(server.url, http_client=http)) as c,
+    ):
+        yield c
+
+
+async def test_http_the_command_serves_streamable_http_to_a_client_with_its_token(
+    http_server: HttpServer,
+) -> None:
+    async with authorized(http_server) as c:
         out = data(
             await c.call_tool(
                 "dispatch", {"tasks": [{"id": "a", "title": "a", "prompt": "p"}], "wait_s": 20}
@@ -170,14 +210,85 @@ async def test_http_the_command_serves_streamable_http(http_server: str) -> None
     assert {r["ref"] for r in listed} == {out["job"], out["workers"][0]["ref"]}
 
 
-def test_http_a_foreign_host_header_is_refused(http_server: str) -> None:
-    """DNS rebinding: a page on evil.example resolving to 127.0.0.1 must not reach the server."""
+def first_request(version: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """A client's first request on ``version`` (body, headers): the handshake's initialize, or
+    2026-07-28's server/discover in its per-request envelope."""
+    accept = {"Accept": "application/json, text/event-stream"}
+    if version != "2026-07-28":
+        params = {**INITIALIZE["params"], "protocolVersion": version}
+        return {**INITIALIZE, "params": params}, accept
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": version,
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    body = {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": meta}}
+    return body, {**accept, "MCP-Protocol-Version": version, "Mcp-Method": "server/discover"}
+
+
+VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_http_without_the_token_nothing_is_answered_on_any_protocol_version(
+    shared_http_server: HttpServer, version: str
+) -> None:
+    """No token, a wrong one, another scheme, the bare token, a wrong cookie, the token in the
+    query of a POST: 401, whatever the request. With it: answered."""
+    http_server = shared_http_server
+    body, accept = first_request(version)
+    token = http_server.token
+    for headers in (
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": f"Bearer {token[:-1]}"},
+        {"Authorization": f"Basic {token}"},
+        {"Authorization": token},
+        {"Cookie": f"threadloom_token_{http_server.port}=wrong"},
+    ):
+        refused = httpx.post(http_server.url, json=body, headers={**accept, **headers})
+        assert refused.status_code == 401, headers
+        assert refused.headers["www-authenticate"].startswith("Bearer")
+    on_query = httpx.post(f"{http_server.url}?token={token}", json=body, headers=accept)
+    assert on_query.status_code == 401
+    mine = {**accept, "Authorization": f"Bearer {token}"}
+    ok = httpx.post(http_server.url, json=body, headers=mine)
+    assert ok.status_code == 200, ok.text
+
+
+def test_http_says_where_it_listens_with_a_new_token_each_start(setup: Setup) -> None:
+    with serving_http(setup) as first:
+        pass
+    with serving_http(setup) as second:
+        pass
+    assert first.token != second.token and len(first.token) >= 32
+    assert first.start.startswith("threadloom: serving http://127.0.0.1:")
+
+
+def test_http_with_a_token_file_takes_that_token_and_never_prints_it(setup: Setup) -> None:
+    path = setup.root / "token"
+    path.write_text("my-own-token-0123456789\n")
+    with started_http(setup, "--token-file", str(path)) as (port, said):
+        assert "my-own-token" not in said and str(path) in said
+        accept = {"Accept": "application/json, text/event-stream"}
+        mine = {**accept, "Authorization": "Bearer my-own-token-0123456789"}
+        url = f"http://127.0.0.1:{port}/mcp"
+        assert httpx.post(url, json=INITIALIZE, headers=mine).status_code == 200
+    assert "my-own-token" not in (setup.root / "server.log").read_text()
+
+
+def test_http_a_foreign_host_header_is_refused(http_server: HttpServer) -> None:
+    """DNS rebinding: a page on evil.example resolving to 127.0.0.1 must not reach the server,
+    token or not."""
     body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
-    headers = {"Accept": "application/json, text/event-stream"}
-    bad = httpx.post(http_server, json=body, headers={**headers, "Host": "evil.example:80"})
-    assert bad.status_code in (403, 421)
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {http_server.token}",
+    }
+    bad = httpx.post(http_server.url, json=body, headers={**headers, "Host": "evil.example:80"})
+    assert bad.status_code == 400
     origin = {**headers, "Origin": "http://evil.example"}
-    assert httpx.post(http_server, json=body, headers=origin).status_code in (403, 421)
+    assert httpx.post(http_server.url, json=body, headers=origin).status_code == 403
 
 
 def run_node(tool: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -236,12 +347,15 @@ resources, which threadloom does not have."""
 
 @pytest.mark.parametrize("scenario", CONFORMANCE_SCENARIOS)
 def test_the_official_conformance_suite_passes(
-    shared_http_server: str, scenario: str, tmp_path: Path
+    shared_http_server: HttpServer, scenario: str, tmp_path: Path
 ) -> None:
     suite = node_tool("conformance")
     assert suite is not None
-    url = shared_http_server
-    run = run_node(suite, "server", "--url", url, "--scenario", scenario, cwd=tmp_path)
+    server = shared_http_server
+    # the suite sends no header of its own: a proxy adds the token, and nothing else
+    with bearer_proxy(server.port, server.token) as port:
+        url = f"http://127.0.0.1:{port}/mcp"
+        run = run_node(suite, "server", "--url", url, "--scenario", scenario, cwd=tmp_path)
     report = run.stdout + run.stderr
     assert run.returncode == 0, report
     passed = re.search(r"Passed: (\d+)/(\d+), (\d+) failed", report)
@@ -290,12 +404,15 @@ def test_http_an_address_it_cannot_listen_on_is_exit_2_with_one_line_and_json(
         taken.listen()
         port = taken.getsockname()[1]
         proc = run_mcp(setup, "--http", f"{host}:{port}", "--json")
-    line = f"mcp: cannot listen on {host}:{port}: "
     assert proc.returncode == 2, proc.stderr
     (said,) = proc.stderr.strip().splitlines()
-    assert said.startswith(f"threadloom: error: {line}")
     if host == "127.0.0.1":
-        assert said.endswith("Address already in use")
+        assert (
+            said
+            == f"threadloom: error: mcp: cannot listen on {host}:{port}: Address already in use"
+        )
+    else:
+        assert said.startswith(f"threadloom: error: mcp: cannot resolve host {host!r}: ")
     error = json.loads(proc.stdout)["error"]
     assert error["code"] == 2 and error["message"] == said.removeprefix("threadloom: error: ")
     assert not setup.db.exists()

@@ -15,7 +15,7 @@ from pydantic import FileUrl
 
 from orchestrator import JobSpec, Orchestrator, parse_job
 from orchestrator.errors import JobFileError
-from orchestrator.mcp import Settings, Threadloom, _tools
+from orchestrator.mcp import Settings, Threadloom, _answers
 from store import Kind, Status
 
 from .conftest import Serve, Setup, client, data, text
@@ -213,7 +213,8 @@ async def test_models_come_from_the_call_else_the_servers_worker_model(
 ) -> None:
     other = setup.root / "other.json"
     other.write_text(setup.script.read_text())
-    async with serve(model="anthropic:claude-sonnet-4-5", worker_model=setup.model) as app:
+    settings = {"model": "anthropic:claude-sonnet-4-5", "worker_model": setup.model}
+    async with serve(**settings, allow_scripted=True) as app:
         async with client(app) as c:
             default = data(await c.call_tool("dispatch", {"tasks": [task("a")], "wait_s": 20}))
             chosen = data(
@@ -288,14 +289,14 @@ async def test_a_workspace_outside_the_clients_roots_is_refused(
 async def test_an_answer_too_large_for_one_call_is_refused_with_how_to_ask_for_less(
     serve: Serve, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_tools, "MAX_ANSWER_CHARS", 200)
+    monkeypatch.setattr(_answers, "MAX_ANSWER_CHARS", 200)
     async with serve() as app, client(app) as c:
         out = data(await c.call_tool("dispatch", {"tasks": [task("a"), task("b")], "wait_s": 20}))
         big = await c.call_tool("list_threads", {"job": out["job"]})
         assert big.is_error and "lower limit" in text(big)
         tree = await c.call_tool("job_tree", {"ref": out["job"]})
         assert tree.is_error and "list_threads(job=ref" in text(tree)
-        monkeypatch.setattr(_tools, "MAX_ANSWER_CHARS", 10**6)
+        monkeypatch.setattr(_answers, "MAX_ANSWER_CHARS", 10**6)
         assert not (await c.call_tool("job_tree", {"ref": out["job"]})).is_error
 
 

@@ -55,7 +55,7 @@ def test_a_bad_task_model_spec_names_its_line(tmp_path: Path) -> None:
 
 
 def test_line_numbers_do_not_drift_after_a_unicode_line_separator(tmp_path: Path) -> None:
-    body = '[job]\nname = "a\u2028b"\ngoal = "g\u2029h"\nworkspace = "ws"\nmax_parallel = 0\n'
+    body = '[job]\nname = "a"\ngoal = "g\u2028h\u2029i"\nworkspace = "ws"\nmax_parallel = 0\n'
     msg = error_of(write(tmp_path, body))
     assert ":5: job.max_parallel:" in msg
 

@@ -19,6 +19,11 @@ from orchestrator.runtime.lead_tools import DispatchInput, ResumeInput
         ({"id": "x" * 101, "title": "t", "prompt": "p"}, "id"),
         ({"title": "", "prompt": "p"}, "title"),
         ({"title": "t" * (MAX_TITLE_CHARS + 1), "prompt": "p"}, "title"),
+        ({"title": "t\nJob: other", "prompt": "p"}, "title"),
+        ({"title": "t\r", "prompt": "p"}, "title"),
+        ({"title": "t\u2028u", "prompt": "p"}, "title"),
+        ({"title": "t\x85u", "prompt": "p"}, "title"),
+        ({"title": "t", "prompt": "p", "tools": ["bash", "rm_rf"]}, "tools"),
     ],
 )
 def test_a_task_the_job_file_would_refuse_is_refused(task: dict[str, str], field: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -26,30 +25,21 @@ def browser_missing() -> str | None:
     return None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def viewer(db: str) -> Iterator[str]:
     """The viewer over ``db`` served at the URL yielded, until the block ends."""
     import uvicorn
 
+    from orchestrator.exposure import bind, expose
     from orchestrator.web import create_app
-    from orchestrator.web._app import allowed_hosts
 
-    port = free_port()
+    sock = bind("127.0.0.1", 0, door="viewer")
+    port = sock.getsockname()[1]
     config = uvicorn.Config(
-        create_app(db, hosts=allowed_hosts("127.0.0.1")),
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        lifespan="on",
+        create_app(db, exposure=expose(sock, "127.0.0.1")), log_level="warning", lifespan="on"
     )
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
     while not server.started:

@@ -138,14 +138,17 @@ def test_the_server_is_read_only_and_sends_a_strict_content_security_policy(
 
 
 def test_a_loopback_server_refuses_a_foreign_host_header(db: tuple[str, Refs]) -> None:
+    from orchestrator.exposure import bind, expose
     from orchestrator.web import create_app
-    from orchestrator.web._app import allowed_hosts
 
-    with TestClient(create_app(db[0], hosts=allowed_hosts("127.0.0.1"))) as c:
+    with bind("127.0.0.1", 0, door="serve") as sock:
+        exposure = expose(sock, "127.0.0.1")
+    with TestClient(create_app(db[0], exposure=exposure)) as c:
         assert c.get("/", headers={"host": "127.0.0.1:8765"}).status_code == 200
         assert c.get("/", headers={"host": "localhost"}).status_code == 200
-        assert c.get("/", headers={"host": "evil.example:8765"}).status_code == 400
-    assert allowed_hosts("0.0.0.0") is None
+        refused = c.get("/", headers={"host": "evil.example:8765"})
+        assert refused.status_code == 400
+        assert "content-security-policy" in refused.headers  # the refusal is a response too
 
 
 def test_static_files_are_served_from_the_package(client: TestClient) -> None:
