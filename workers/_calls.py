@@ -86,7 +86,10 @@ async def answer(run: _Run, uses: list[ToolUseBlock], outputs: dict[str, ToolOut
         out = outputs.get(u.id)
         text = INTERRUPTED_RESULT if out is None else "" if u.id in files else out.text
         is_error = True if out is None else out.is_error
-        blocks.append(ToolResultBlock(tool_use_id=u.id, content=text, is_error=is_error))
+        effects = None if out is None else out.effects
+        blocks.append(
+            ToolResultBlock(tool_use_id=u.id, content=text, is_error=is_error, effects=effects)
+        )
     try:
         await store_message(run, NewMessage(role="user", content=blocks), files=files or None)
     finally:

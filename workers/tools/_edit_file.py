@@ -6,6 +6,8 @@ import os
 
 from pydantic import Field
 
+from store import Change, Effects
+
 from ._base import BlockingTool, ToolContext, ToolInput, ToolOutput, display_path, workspace_root
 from ._errors import ToolFailure
 from ._paths import Guard, open_regular, replace_contents, resolve_in_workspace
@@ -83,4 +85,6 @@ class EditFileTool(BlockingTool[EditFileInput]):
         text_out = f"Replaced {done} occurrence{'s' if done != 1 else ''} in {shown}"
         if crlf:
             text_out += " (matched with the file's CRLF line endings)"
-        return ToolOutput(text_out)
+        return ToolOutput(
+            text_out, effects=Effects(changed=[Change(path=shown, action="modified")])
+        )

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
+
+from store import Change, Effects
 
 from ._base import BlockingTool, ToolContext, ToolInput, ToolOutput, display_path, workspace_root
 from ._errors import ToolFailure
@@ -53,4 +57,5 @@ class WriteFileTool(BlockingTool[WriteFileInput]):
         text = f"{verb} {shown} ({len(data)} bytes)"
         if new_dirs:
             text += "; created directories: " + ", ".join(display_path(root, d) for d in new_dirs)
-        return ToolOutput(text)
+        action: Literal["added", "modified"] = "added" if created else "modified"
+        return ToolOutput(text, effects=Effects(changed=[Change(path=shown, action=action)]))

@@ -1,0 +1,213 @@
+"""Which workspace paths a command changed: a stat snapshot before it and after it, compared.
+
+``bash`` records, with each call's result, the paths the call added, modified or deleted
+(``store.Effects``), so that the result check (``orchestrator.runtime.check``) knows a change
+whether a file tool or a command made it (SPEC "Checked results"). A snapshot is one walk of the
+workspace, in-process (no git subprocess: a worker may write ``.git/config`` and the walk must
+never run what it names), keeping each file's ``(mtime_ns, ctime_ns, size, inode)``; a path
+whose tuple differs was modified — a rewrite with the same bytes counts as one, as ``touch``
+does.
+
+Left out, as SPEC says, of what counts as a change: what git would ignore — the ``.gitignore``
+files of the workspace and of its repository's directories above it, and the repository's
+``.git/info/exclude``, matched with git's own rules (``pathspec``'s ``GitIgnoreSpec``: the last
+matching pattern wins, a deeper file over a higher one, and an ignored directory is not entered,
+so ``node_modules`` or ``.venv`` cost nothing) — and ``.git``, ``.threadloom``, ``__pycache__``,
+``*.pyc`` and the paths no tool may reach (``ToolContext.hidden``). The walk stops after
+``MAX_ENTRIES`` entries; a snapshot cut short is ``complete=False`` and so is the record made
+from it (the check then leaves what rests on it unverified, never guesses).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pathspec import GitIgnoreSpec
+
+from store import Change
+
+MAX_ENTRIES = 50_000
+"""Entries (files and directories) one snapshot visits at most."""
+ALWAYS_SKIPPED = frozenset({".git", ".threadloom", "__pycache__"})
+
+Stamp = tuple[int, int, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    files: dict[str, Stamp]
+    """Each file (or symlink, not followed) by its path relative to the workspace."""
+    complete: bool
+
+
+def changed_paths(before: Snapshot, after: Snapshot) -> list[Change]:
+    """What happened between two snapshots of one workspace, sorted by path."""
+    out: list[Change] = []
+    old, new = before.files, after.files
+    for path, stamp in new.items():
+        was = old.get(path)
+        if was is None:
+            out.append(Change(path=path, action="added"))
+        elif was != stamp:
+            out.append(Change(path=path, action="modified"))
+    out += [Change(path=p, action="deleted") for p in old.keys() - new.keys()]
+    out.sort(key=lambda c: c.path)
+    return out
+
+
+def take_snapshot(
+    workspace: Path, *, hidden: Sequence[Path] = (), limit: int = MAX_ENTRIES
+) -> Snapshot:
+    """The workspace's files now (blocking: run it on a thread). See the module docstring."""
+    root = Path(os.path.realpath(workspace))
+    repo = _repo_root(root)
+    rules: list[tuple[str, GitIgnoreSpec]] = []  # (dir relative to the workspace, its rules)
+    if repo is not None:
+        rules = _rules_above(repo, root)
+    skip = {os.path.realpath(h) for h in hidden}
+    files: dict[str, Stamp] = {}
+    seen = 0
+    stack: list[tuple[str, str, list[tuple[str, GitIgnoreSpec]]]] = [(str(root), "", rules)]
+    while stack:
+        folder, rel, inherited = stack.pop()
+        here = _gitignore(folder)
+        chain = [*inherited, (rel, here)] if here is not None else inherited
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue  # unreadable or gone meanwhile: nothing of it is known either way
+        for entry in entries:
+            seen += 1
+            if seen > limit:
+                return Snapshot(files, complete=False)
+            name = entry.name
+            if name in ALWAYS_SKIPPED or entry.path in skip:
+                continue
+            path = f"{rel}/{name}" if rel else name
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+                if _ignored(chain, path, is_dir):
+                    continue
+                if is_dir:
+                    stack.append((entry.path, path, chain))
+                    continue
+                if name.endswith(".pyc"):
+                    continue
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                files[path] = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+    return Snapshot(files, complete=True)
+
+
+def _ignored(chain: Sequence[tuple[str, GitIgnoreSpec]], path: str, is_dir: bool) -> bool:
+    """Git's answer for ``path`` (relative to the workspace): the deepest rules file with a
+    pattern that matches decides, the last such pattern in it (a ``!`` one un-ignores)."""
+    for base, spec in reversed(chain):
+        if base and not path.startswith(base + "/"):
+            continue
+        inner = path[len(base) + 1 :] if base else path
+        found = spec.check_file(inner + "/" if is_dir else inner)
+        if found.include is not None:
+            return bool(found.include)
+    return False
+
+
+def _repo_root(folder: Path) -> Path | None:
+    """The nearest directory at or above ``folder`` that holds a ``.git`` (a worktree's is a
+    file), or None: the repository whose ignore rules apply."""
+    for candidate in (folder, *folder.parents):
+        if os.path.lexists(candidate / ".git"):
+            return candidate
+    return None
+
+
+def _rules_above(repo: Path, root: Path) -> list[tuple[str, GitIgnoreSpec]]:
+    """The rules that apply to the workspace from outside it: the repository's
+    ``info/exclude`` (lowest), then each ``.gitignore`` from the repository's top down to the
+    workspace's parent. Their patterns are rewritten relative to the workspace where they can
+    be; a pattern anchored above it that cannot is dropped (it names nothing inside)."""
+    out: list[tuple[str, GitIgnoreSpec]] = []
+    info = _info_exclude(repo)
+    chain: list[tuple[Path, list[str]]] = []
+    if info:
+        chain.append((repo, info))
+    folder = repo
+    parts = root.relative_to(repo).parts
+    for i in range(len(parts)):
+        lines = _lines(folder / ".gitignore")
+        if lines:
+            chain.append((folder, lines))
+        folder = folder / parts[i]
+    for base, lines in chain:
+        inside = root.relative_to(base).as_posix()
+        spec = GitIgnoreSpec.from_lines(_relative_to(lines, inside))
+        out.append(("", spec))
+    return out
+
+
+def _relative_to(lines: Iterable[str], inside: str) -> list[str]:
+    """A rules file's patterns as seen from its subdirectory ``inside``: patterns without a
+    slash (they match at any depth) stay; anchored ones that start with ``inside/`` lose that
+    start; other anchored ones cannot match inside it and go."""
+    out = []
+    for raw in lines:
+        line = raw.rstrip("\n")
+        negated = line.startswith("!")
+        body = line[1:] if negated else line
+        if not body.strip() or body.startswith("#"):
+            continue
+        core = body.rstrip("/")
+        if "/" not in core or core.startswith("**/"):
+            out.append(line)
+            continue
+        anchored = core.lstrip("/")
+        prefix = inside + "/"
+        if anchored.startswith(prefix):
+            rest = body.lstrip("/")[len(prefix) :]
+            out.append(("!" if negated else "") + "/" + rest)
+    return out
+
+
+def _info_exclude(repo: Path) -> list[str]:
+    dotgit = repo / ".git"
+    if dotgit.is_dir():
+        return _lines(dotgit / "info" / "exclude")
+    return []  # a linked worktree: its main repository's exclude is not looked for
+
+
+_CACHE: dict[str, tuple[tuple[int, int, int], GitIgnoreSpec | None]] = {}
+
+
+def _gitignore(folder: str) -> GitIgnoreSpec | None:
+    """The folder's ``.gitignore`` compiled, or None; compiled once per version of the file
+    (a snapshot is taken twice a command, and most commands change no rules)."""
+    path = os.path.join(folder, ".gitignore")
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = (st.st_mtime_ns, st.st_size, st.st_ino)
+    cached = _CACHE.get(path)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    lines = _lines(Path(path))
+    spec = GitIgnoreSpec.from_lines(lines) if lines else None
+    if len(_CACHE) > 4096:
+        _CACHE.clear()
+    _CACHE[path] = (key, spec)
+    return spec
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(1 << 20)
+    except OSError:
+        return []
+    return data.decode("utf-8", "replace").splitlines()
