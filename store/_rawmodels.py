@@ -347,7 +347,7 @@ LIGHT_SHAPES: dict[str, tuple[tuple[str, Any], ...]] = {
         ("stored", None),
         ("effects", None),
     ),
-    "Effects": (("exit_code", None), ("changed", []), ("complete", True)),
+    "Effects": (("exit_code", None), ("changed", []), ("complete", True), ("concurrent", False)),
     "ClaimCheck": (
         ("kind", _MISSING),
         ("index", None),
@@ -537,8 +537,8 @@ def _effects(value: Any) -> RawEffects:
     d = _shaped(value, "Effects")
     if d["exit_code"] is not None:
         _int(d["exit_code"])
-    if not isinstance(d["complete"], bool):
-        raise Unsupported("effects complete")
+    if not isinstance(d["complete"], bool) or not isinstance(d["concurrent"], bool):
+        raise Unsupported("effects flags")
     changed = [_shaped(c, "Change") for c in _list(d["changed"])]
     for c in changed:
         _str(c["path"])

@@ -67,7 +67,10 @@ STORED_OUTPUT_SHAPE = _STORED
 """The keys of a stored ``ToolResultBlock.stored``, in order."""
 
 _CHANGE = ("path", "action")
-_EFFECTS = (("exit_code", "changed", "complete"), ("changed", "complete"))
+_EFFECTS = (
+    ("exit_code", "changed", "complete", "concurrent"),
+    ("changed", "complete", "concurrent"),
+)
 EFFECTS_SHAPES = _EFFECTS
 """The keys of a stored ``ToolResultBlock.effects`` (``exit_code`` left out when None)."""
 
@@ -140,7 +143,12 @@ def _fill(cls: type[Any], d: dict[str, Any]) -> None:
 def _effects(d: Any) -> Effects:
     """A stored ``Effects`` as its model; any other shape or type is ``_Unknown``."""
     keys = tuple(d) if type(d) is dict else ()
-    if keys not in _EFFECTS or type(d["changed"]) is not list or type(d["complete"]) is not bool:
+    if (
+        keys not in _EFFECTS
+        or type(d["changed"]) is not list
+        or type(d["complete"]) is not bool
+        or type(d["concurrent"]) is not bool
+    ):
         raise _Unknown
     code = d.get("exit_code")
     if code is not None and type(code) is not int:
@@ -156,7 +164,12 @@ def _effects(d: Any) -> Effects:
         ):
             raise _Unknown
         changed.append(construct_model(Change, c, _FIELDS_SET[_CHANGE]))
-    values = {"exit_code": code, "changed": changed, "complete": d["complete"]}
+    values = {
+        "exit_code": code,
+        "changed": changed,
+        "complete": d["complete"],
+        "concurrent": d["concurrent"],
+    }
     return construct_model(Effects, values, _FIELDS_SET[keys])
 
 

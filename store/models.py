@@ -100,11 +100,14 @@ class Effects(_Frozen):
     call added, modified or deleted (paths a ``.gitignore`` rule matches, ``.git``,
     ``.threadloom``, ``__pycache__`` and ``*.pyc`` aside), relative to the workspace, sorted.
     ``complete`` False: the workspace was too large to compare whole, so ``changed`` may miss
-    paths (a claim that rests on it is left unverified)."""
+    paths (a claim that rests on it is left unverified). ``concurrent`` True: another call ran
+    in the same workspace meanwhile (a parallel call of the turn, or another worker sharing the
+    directory), so ``changed`` may hold its changes too."""
 
     exit_code: int | None = None
     changed: list[Change] = Field(default_factory=list)
     complete: bool = True
+    concurrent: bool = False
 
 
 class ToolResultBlock(_Frozen):

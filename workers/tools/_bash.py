@@ -56,7 +56,7 @@ from pydantic import Field
 from store import MAX_OUTPUT_BYTES, Effects, OutputFile, configured_secrets
 
 from ._base import Tool, ToolContext, ToolInput, ToolOutput
-from ._changes import changed_paths, take_snapshot
+from ._changes import changed_paths, close_window, open_window, take_snapshot
 from ._sandbox import bwrap_argv, sandbox_status
 
 MAX_TIMEOUT_S = 600.0
@@ -120,13 +120,18 @@ class BashTool(Tool[BashInput]):
         """Run the command; the output carries its ``Effects``: the exit status and the
         workspace paths it changed (``_changes``: a snapshot before it starts, one after it
         ends)."""
-        before = await asyncio.to_thread(take_snapshot, ctx.workspace, hidden=ctx.hidden)
-        out, code = await self._run(args, ctx)
-        after = await asyncio.to_thread(take_snapshot, ctx.workspace, hidden=ctx.hidden)
+        window = open_window(ctx.workspace)
+        try:
+            before = await asyncio.to_thread(take_snapshot, ctx.workspace, hidden=ctx.hidden)
+            out, code = await self._run(args, ctx)
+            after = await asyncio.to_thread(take_snapshot, ctx.workspace, hidden=ctx.hidden)
+        finally:
+            close_window(window)
         effects = Effects(
             exit_code=code,
             changed=changed_paths(before, after),
             complete=before.complete and after.complete,
+            concurrent=window.concurrent,
         )
         return (
             out.with_effects(effects)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,53 @@ class Snapshot:
     files: dict[str, Stamp]
     """Each file (or symlink, not followed) by its path relative to the workspace."""
     complete: bool
+
+
+class Window:
+    """One command's time in a workspace (``watch``): ``concurrent`` turns True when another
+    command or a file tool's write happened in the same workspace meanwhile — its changes may
+    then be in this command's snapshots too (a parallel call of the turn, another worker sharing
+    the directory). Within this process only: a worker elsewhere is not seen."""
+
+    __slots__ = ("concurrent", "key")
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.concurrent = False
+
+
+_OPEN: dict[str, set[Window]] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def open_window(workspace: Path) -> Window:
+    """Start watching the workspace for the length of one command (``close_window`` ends it)."""
+    window = Window(os.path.realpath(workspace))
+    with _OPEN_LOCK:
+        others = _OPEN.setdefault(window.key, set())
+        if others:
+            window.concurrent = True
+            for w in others:
+                w.concurrent = True
+        others.add(window)
+    return window
+
+
+def close_window(window: Window) -> None:
+    with _OPEN_LOCK:
+        others = _OPEN.get(window.key)
+        if others is not None:
+            others.discard(window)
+            if not others:
+                del _OPEN[window.key]
+
+
+def note_write(workspace: Path) -> None:
+    """A file tool wrote in the workspace: every command watching it now is concurrent."""
+    key = os.path.realpath(workspace)
+    with _OPEN_LOCK:
+        for w in _OPEN.get(key, ()):
+            w.concurrent = True
 
 
 def changed_paths(before: Snapshot, after: Snapshot) -> list[Change]:

@@ -9,6 +9,7 @@ from pydantic import Field
 from store import Change, Effects
 
 from ._base import BlockingTool, ToolContext, ToolInput, ToolOutput, display_path, workspace_root
+from ._changes import note_write
 from ._errors import ToolFailure
 from ._paths import Guard, open_regular, replace_contents, resolve_in_workspace
 
@@ -81,6 +82,7 @@ class EditFileTool(BlockingTool[EditFileInput]):
         replace_contents(
             open_regular(path, root, write=True, guard=guard), replaced.encode("utf-8")
         )
+        note_write(root)
         done = count if args.replace_all else 1
         text_out = f"Replaced {done} occurrence{'s' if done != 1 else ''} in {shown}"
         if crlf:

@@ -9,6 +9,7 @@ from pydantic import Field
 from store import Change, Effects
 
 from ._base import BlockingTool, ToolContext, ToolInput, ToolOutput, display_path, workspace_root
+from ._changes import note_write
 from ._errors import ToolFailure
 from ._paths import (
     Guard,
@@ -53,6 +54,7 @@ class WriteFileTool(BlockingTool[WriteFileInput]):
             fd = open_regular(path, root, write=True, guard=guard)
             created = False
         replace_contents(fd, data)
+        note_write(root)
         verb = "Created" if created else "Overwrote"
         text = f"{verb} {shown} ({len(data)} bytes)"
         if new_dirs:
