@@ -98,7 +98,8 @@ class _Thread:
     submission_seq: int = 0
     reported_before: set[str] = field(default_factory=set)
     last_change: _Call | None = None
-    net: dict[str, tuple[str, list[int]]] = field(default_factory=dict)
+    net: dict[str, list[Any]] = field(default_factory=dict)  # path → [net action, last seqs]
+    tool_calls: int = 0
     own: set[str] = field(default_factory=set)  # paths a call changed with nobody else around
     unknown: list[_Call] = field(default_factory=list)
 
@@ -130,7 +131,7 @@ def check_result(
     claims += _limited(
         "verification", result.verification, lambda i, v: _verification(t, i, v.command, v.outcome)
     )
-    changes = diff if diff is not None else {p: a for p, (a, _) in t.net.items()}
+    changes = diff if diff is not None else {p: e[0] for p, e in t.net.items()}
     claims += _limited(
         "change",
         result.changes,
@@ -140,7 +141,7 @@ def check_result(
     # without a worktree, a path only a concurrent call saw change may be another's doing
     mine = changes if diff is not None else {p: a for p, a in changes.items() if p in t.own}
     claims += _unreported(t, mine, reported)
-    if result.status == "done" and not t.calls:
+    if result.status == "done" and not t.tool_calls:
         claims.append(
             _claim(
                 "status",
@@ -197,33 +198,57 @@ def contradictions(check: Check) -> str:
 
 
 def _index(thread_id: str, history: Sequence[Message]) -> _Thread:
+    """One pass: every call with its answer (answers come in the message after their calls,
+    so they are looked up when that message is reached), folded into the thread's changes. A
+    read-only call is only counted: it changes nothing and verifies nothing."""
     t = _Thread(thread_id)
-    answers: dict[str, tuple[int, ToolResultBlock]] = {}
+    pending: dict[str, tuple[int, ToolUseBlock]] = {}
+    order = 0
     for m in history:
-        if m.role == "user":
+        if m.role == "assistant":
             for b in m.content:
-                if isinstance(b, ToolResultBlock):
-                    answers[b.tool_use_id] = (m.seq, b)
-    for m in history:
-        if m.role != "assistant":
+                if type(b) is ToolUseBlock:
+                    pending[b.id] = (m.seq, b)
+            continue
+        if not pending:
             continue
         for b in m.content:
-            if not isinstance(b, ToolUseBlock):
+            if type(b) is not ToolResultBlock:
                 continue
-            answer = answers.get(b.id)
-            if b.name == SUBMIT:
-                # the newest submission (the one checked) is not answered yet; an earlier one
-                # that was recorded told the lead what it changed
-                t.submission_seq = m.seq
-                if answer is not None and not answer[1].is_error:
-                    t.reported_before |= _submitted_paths(b.input)
-                continue
-            call = _call(len(t.calls), m.seq, b, answer)
-            t.calls.append(call)
-            _fold(t, call)
+            found = pending.pop(b.tool_use_id, None)
+            if found is not None:
+                order = _take(t, order, found[0], found[1], (m.seq, b))
+    for seq, use in sorted(pending.values(), key=lambda p: p[0]):  # never answered
+        order = _take(t, order, seq, use, None)
+    t.calls.sort(key=lambda c: c.order)
     if not t.submission_seq and history:
         t.submission_seq = history[-1].seq
     return t
+
+
+def _take(
+    t: _Thread,
+    order: int,
+    seq: int,
+    use: ToolUseBlock,
+    answer: tuple[int, ToolResultBlock] | None,
+) -> int:
+    if use.name == SUBMIT:
+        # the newest submission (the one checked) is not answered yet; an earlier one that was
+        # recorded told the lead what it changed
+        if seq >= t.submission_seq:
+            t.submission_seq = seq
+        if answer is not None and not answer[1].is_error:
+            t.reported_before |= _submitted_paths(use.input)
+        return order
+    t.tool_calls += 1
+    if use.name in READ_ONLY and answer is not None:
+        return order + 1
+    call = _call(order, seq, use, answer)
+    if call.name == "bash" or call.changed != []:
+        t.calls.append(call)
+    _fold(t, call)
+    return order + 1
 
 
 def _call(
@@ -234,17 +259,17 @@ def _call(
         return _Call(order, seq, None, use.name, use.input, changed)
     result_seq, block = answer
     call = _Call(order, seq, result_seq, use.name, use.input, None)
-    text = block.text
-    interrupted = text.startswith(INTERRUPTED)
     effects = block.effects
     if effects is not None:
-        call.changed = list(effects.changed) if effects.complete else None
+        call.changed = effects.changed if effects.complete else None
         call.concurrent = effects.concurrent
-        if use.name == "bash" and not interrupted:
+        if use.name == "bash" and not block.text.startswith(INTERRUPTED):
             call.exit_code = effects.exit_code
-    elif use.name in READ_ONLY or (use.name in WRITERS and block.is_error):
+        return call
+    text = block.text
+    if use.name in WRITERS and block.is_error:
         call.changed = []
-    elif interrupted:
+    elif text.startswith(INTERRUPTED):
         pass  # the effect is unknown: a change may have happened
     elif use.name in WRITERS:
         path = _path(str(use.input.get("path", "")), None)
@@ -261,18 +286,27 @@ def _call(
 
 def _fold(t: _Thread, call: _Call) -> None:
     """The call's changes into the thread's net changes and its last change."""
-    if call.changed is None:
+    changed = call.changed
+    if changed is None:
         t.unknown.append(call)
+        if t.last_change is None or call.order > t.last_change.order:
+            t.last_change = call
+        return
+    if not changed:
+        return
+    if t.last_change is None or call.order > t.last_change.order:
         t.last_change = call
-        return
-    if not call.changed:
-        return
-    t.last_change = call
-    for c in call.changed:
-        was = t.net.get(c.path)
-        action = _then(was[0] if was else None, c.action)
-        seqs = [*(was[1] if was else []), call.seq][-3:]
-        t.net[c.path] = (action, seqs)
+    net, seq = t.net, call.seq
+    for c in changed:
+        entry = net.get(c.path)
+        if entry is None:
+            net[c.path] = [c.action, [seq]]
+        else:
+            entry[0] = _then(entry[0], c.action)
+            seqs = entry[1]
+            seqs.append(seq)
+            if len(seqs) > 3:
+                del seqs[0]
         if not call.concurrent:
             t.own.add(c.path)
 
@@ -501,7 +535,8 @@ def _change(
         inside = [a for p, a in changes.items() if p.startswith(path + "/") and a != "gone"]
         if inside:
             found = action if action in inside else inside[0]
-    refs = [t.ref(s) for s in t.net.get(path, ("", []))[1]]
+    entry = t.net.get(path)
+    refs = [t.ref(s) for s in entry[1]] if entry else []
     if found == action:
         return _claim(
             "change",
@@ -546,8 +581,8 @@ def _unreported(t: _Thread, changes: Mapping[str, str], reported: set[str]) -> l
     )
     out = []
     for p in missing[:MAX_UNREPORTED]:
-        seqs = t.net.get(p, ("", []))[1]
-        refs = [t.ref(s) for s in seqs] or [t.ref(t.submission_seq)]
+        entry = t.net.get(p)
+        refs = [t.ref(s) for s in entry[1]] if entry else [t.ref(t.submission_seq)]
         out.append(
             _claim(
                 "status",
