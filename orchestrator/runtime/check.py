@@ -177,23 +177,6 @@ async def check_thread(
     )
 
 
-def contradictions(check: Check) -> str:
-    """The correction round's tool error: each contradicted claim, its reason and ref."""
-    lines = [
-        "submit_result: not recorded. Checked against this thread, these claims are"
-        " contradicted by it:"
-    ]
-    for c in check.claims:
-        if c.verdict == "contradicted":
-            where = f"{c.kind}[{c.index}]" if c.index is not None else c.kind
-            lines.append(f"- {where}: {c.reason} ({', '.join(c.refs)})")
-    lines.append(
-        "Correct the result (or the work, then the result) and call submit_result again."
-        " This is the only correction round: what you submit next is checked and stands."
-    )
-    return "\n".join(lines)
-
-
 # ----------------------------------------------------------------- the transcript, indexed
 
 
@@ -528,7 +511,7 @@ def _change(
             "the path is empty or malformed",
             [t.ref(t.submission_seq)],
         )
-    where = "the worktree diff" if from_diff else "this thread's file tools and commands"
+    where = "the worktree diff" if from_diff else "this thread's record of its changes"
     shown = _short(path)
     found = changes.get(path)
     if found is None:  # a directory: what changed below it
