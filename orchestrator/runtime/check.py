@@ -503,14 +503,13 @@ def _change(
     changes: Mapping[str, str],
     from_diff: bool,
 ) -> ClaimCheck:
+    submission = [t.ref(t.submission_seq)]
+
+    def said(verdict: Verdict, reason: str, refs: list[str]) -> ClaimCheck:
+        return _claim("change", index, verdict, reason, refs or submission)
+
     if not path:
-        return _claim(
-            "change",
-            index,
-            "unverified",
-            "the path is empty or malformed",
-            [t.ref(t.submission_seq)],
-        )
+        return said("unverified", "the path is empty or malformed", submission)
     where = "the worktree diff" if from_diff else "this thread's record of its changes"
     shown = _short(path)
     found = changes.get(path)
@@ -521,37 +520,18 @@ def _change(
     entry = t.net.get(path)
     refs = [t.ref(s) for s in entry[1]] if entry else []
     if found == action:
-        return _claim(
-            "change",
-            index,
-            "verified",
-            f"{where} shows {shown} {action}",
-            refs or [t.ref(t.submission_seq)],
-        )
+        return said("verified", f"{where} shows {shown} {action}", refs)
     if found is not None and found != "gone":
-        return _claim(
-            "change",
-            index,
-            "contradicted",
-            f"claimed {action}, but {where} shows {shown} {found}",
-            refs or [t.ref(t.submission_seq)],
-        )
+        return said("contradicted", f"claimed {action}, but {where} shows {shown} {found}", refs)
     if t.unknown and not from_diff:
         unknown = [t.ref(c.seq) for c in t.unknown[-3:]]
-        return _claim(
-            "change",
-            index,
-            "unverified",
-            f"no recorded change to {shown}, but the changes of {', '.join(unknown)} are not known",
-            unknown,
+        why = (
+            f"no recorded change to {shown}, but the changes of {', '.join(unknown)} are not known"
         )
+        return said("unverified", why, unknown)
     gone = " (added, then deleted)" if found == "gone" else ""
-    return _claim(
-        "change",
-        index,
-        "contradicted",
-        f"claimed {action}, but {where} shows no change to {shown}{gone}",
-        refs or [t.ref(t.submission_seq)],
+    return said(
+        "contradicted", f"claimed {action}, but {where} shows no change to {shown}{gone}", refs
     )
 
 
