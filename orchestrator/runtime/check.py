@@ -10,7 +10,8 @@ Each claim gets a verdict with the refs that decided it (``store.ClaimCheck``):
   each split into its sub-commands and normalised (``_commands``: quoting, whitespace,
   redirections, ``cd DIR &&``, ``python -m``). Unverified when no call ran it, or when the latest
   call that did came before the worker's last change to the workspace (a file tool's write, or a
-  command that changed a path); then, from the call's recorded exit status: verified when it
+  command that changed a path — not one that ran beside another call in a shared directory,
+  whose record may hold the other's changes: ``Effects.concurrent``); then, from the call's recorded exit status: verified when it
   agrees with the outcome (pass, fail), contradicted when it does not, unverified when the
   call's status does not say (``a; b``) or the outcome says neither.
 - **change** i — the path against the worktree diff from the job's base (``diff``, with
@@ -277,7 +278,9 @@ def _fold(t: _Thread, call: _Call) -> None:
         return
     if not changed:
         return
-    if t.last_change is None or call.order > t.last_change.order:
+    # a command that ran beside another in a shared directory may hold that one's changes:
+    # they are not taken for this worker's last change (only its own writes and commands are)
+    if not call.concurrent and (t.last_change is None or call.order > t.last_change.order):
         t.last_change = call
     net, seq = t.net, call.seq
     for c in changed:
@@ -360,7 +363,7 @@ def _finding(
             "finding",
             index,
             "verified",
-            f"its evidence {', '.join(good[:3])} is a message of this thread",
+            f"its evidence {', '.join(good[:3])} names this thread's messages",
             good[:5],
         )
     shown = "; ".join(bad[:2]) + (f"; +{len(bad) - 2} more" if len(bad) > 2 else "")
