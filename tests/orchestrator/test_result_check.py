@@ -18,8 +18,10 @@ from orchestrator import Orchestrator
 from orchestrator.runtime._commands import block_status, claimed_outcome, normal, segments
 from orchestrator.runtime.check import check_result, check_thread
 from store import (
+    Change,
     Check,
     ClaimCheck,
+    Effects,
     Finding,
     Kind,
     NewMessage,
@@ -28,6 +30,7 @@ from store import (
     Store,
     ThreadInfo,
     ToolResultBlock,
+    ToolUseBlock,
     Verification,
 )
 from tests.check_corpus import Case, cases, honest_turns, write_job
@@ -377,3 +380,55 @@ def test_a_sub_commands_own_status_is_read_only_where_the_line_says_it() -> None
 )
 def test_what_an_outcome_says_of_its_command(outcome: str, said: str) -> None:
     assert claimed_outcome(outcome) == said
+
+
+@pytest.mark.parametrize("concurrent", [True, False])
+async def test_a_change_seen_only_beside_another_call_is_not_taken_for_the_workers_own(
+    tmp_path: Path, concurrent: bool
+) -> None:
+    """Workers sharing a directory: a command that ran while another worker wrote records that
+    worker's change too (``Effects.concurrent``); it is neither this worker's last change nor
+    an unreported change of its own."""
+
+    def call(i: str, command: str) -> NewMessage:
+        return NewMessage(
+            role="assistant",
+            content=[ToolUseBlock(id=i, name="bash", input={"command": command})],
+        )
+
+    def answer(i: str, code: int, changed: list[Change], shared: bool) -> NewMessage:
+        effects = Effects(exit_code=code, changed=changed, concurrent=shared)
+        block = ToolResultBlock(tool_use_id=i, content=f"[exit code: {code}]", effects=effects)
+        return NewMessage(role="user", content=[block])
+
+    theirs = [Change(path="theirs.py", action="modified")]
+    store = await Store.open(str(tmp_path / "t.db"))
+    try:
+        info = await store.create_thread(
+            kind=Kind.WORKER,
+            title="w",
+            messages=[
+                NewMessage.user("do"),
+                call("a", "pytest -q"),
+                answer("a", 0, [], False),
+                call("b", "ls"),
+                answer("b", 0, theirs, concurrent),
+            ],
+        )
+        result = Result(
+            status="done",
+            summary="s",
+            verification=[Verification(command="pytest -q", outcome="passed")],
+        )
+        check = await check_thread(store, info.id, result)
+    finally:
+        await store.close()
+    (v,) = _claims(check, "verification")
+    unreported = _claims(check, "status")
+    if concurrent:
+        assert v.verdict == "verified" and not unreported
+    else:
+        assert v.verdict == "unverified" and "before a change at" in v.reason
+        assert [c.reason for c in unreported] == [
+            "unreported change: theirs.py modified, not listed in changes"
+        ]

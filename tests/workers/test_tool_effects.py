@@ -4,6 +4,7 @@ path they wrote; the record is stored with the tool result and never sent to a m
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from pathlib import Path
@@ -146,3 +147,26 @@ async def test_effects_are_stored_with_the_result_and_never_sent_to_the_model(
         for b in m.content:
             if isinstance(b, ToolResultBlock):
                 assert b.effects is None
+
+
+async def test_a_command_beside_another_call_in_the_same_workspace_is_marked_concurrent(
+    ws: Path, tmp_path: Path
+) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    ctx = ToolContext(workspace=ws)
+    started = ws / "started"
+    slow = BashTool().invoke(
+        {"command": f"touch {started} && while [ ! -e go ]; do sleep 0.01; done"}, ctx
+    )
+    task = asyncio.ensure_future(slow)
+    async with asyncio.timeout(30):
+        while not started.exists():  # the slow command is running: its window is open
+            await asyncio.sleep(0.01)
+    alone = await bash(other, "echo x > y")  # another workspace: not beside it
+    written = await WriteFileTool().invoke({"path": "go", "content": ""}, ctx)
+    out = await task
+    assert out.effects is not None and out.effects.concurrent
+    assert written.effects is not None
+    assert not alone.concurrent
+    assert not (await bash(ws, "true")).concurrent  # the window closed with the command
