@@ -38,11 +38,21 @@ ALWAYS_SKIPPED = frozenset({".git", ".threadloom", "__pycache__"})
 Stamp = tuple[int, int, int, int]
 
 
+Rules = list[tuple[str, GitIgnoreSpec]]
+"""The ignore rules in force in a directory: (the directory each file of rules is in, relative
+to the workspace; its rules), highest first last."""
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     files: dict[str, Stamp]
-    """Each file (or symlink, not followed) by its path relative to the workspace."""
+    """Each file (or symlink, not followed) by its path relative to the workspace, ignored
+    ones included: a file is matched against the rules only once it changed (``changed_paths``),
+    so a walk costs a stat a file; directories are matched as they are met (an ignored one is
+    not entered)."""
     complete: bool
+    rules: dict[str, Rules]
+    """The rules in force in each directory walked, by its path ('' for the workspace)."""
 
 
 class Window:
@@ -103,8 +113,14 @@ def changed_paths(before: Snapshot, after: Snapshot) -> list[Change]:
         elif was != stamp:
             out.append(Change(path=path, action="modified"))
     out += [Change(path=p, action="deleted") for p in old.keys() - new.keys()]
-    out.sort(key=lambda c: c.path)
-    return out
+    kept = []
+    for c in out:
+        folder = c.path.rpartition("/")[0]
+        rules = after.rules.get(folder, before.rules.get(folder, []))
+        if not c.path.endswith(".pyc") and not _ignored(rules, c.path, False):
+            kept.append(c)
+    kept.sort(key=lambda c: c.path)
+    return kept
 
 
 def take_snapshot(
@@ -113,17 +129,17 @@ def take_snapshot(
     """The workspace's files now (blocking: run it on a thread). See the module docstring."""
     root = Path(os.path.realpath(workspace))
     repo = _repo_root(root)
-    rules: list[tuple[str, GitIgnoreSpec]] = []  # (dir relative to the workspace, its rules)
-    if repo is not None:
-        rules = _rules_above(repo, root)
+    rules: Rules = _rules_above(repo, root) if repo is not None else []
     skip = {os.path.realpath(h) for h in hidden}
     files: dict[str, Stamp] = {}
+    chains: dict[str, Rules] = {}
     seen = 0
-    stack: list[tuple[str, str, list[tuple[str, GitIgnoreSpec]]]] = [(str(root), "", rules)]
+    stack: list[tuple[str, str, Rules]] = [(str(root), "", rules)]
     while stack:
         folder, rel, inherited = stack.pop()
         here = _gitignore(folder)
         chain = [*inherited, (rel, here)] if here is not None else inherited
+        chains[rel] = chain
         try:
             entries = list(os.scandir(folder))
         except OSError:
@@ -131,29 +147,25 @@ def take_snapshot(
         for entry in entries:
             seen += 1
             if seen > limit:
-                return Snapshot(files, complete=False)
+                return Snapshot(files, complete=False, rules=chains)
             name = entry.name
             if name in ALWAYS_SKIPPED or entry.path in skip:
                 continue
             path = f"{rel}/{name}" if rel else name
             try:
-                is_dir = entry.is_dir(follow_symlinks=False)
-                if _ignored(chain, path, is_dir):
-                    continue
-                if is_dir:
-                    stack.append((entry.path, path, chain))
-                    continue
-                if name.endswith(".pyc"):
+                if entry.is_dir(follow_symlinks=False):
+                    if not _ignored(chain, path, True):
+                        stack.append((entry.path, path, chain))
                     continue
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
                 files[path] = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
-    return Snapshot(files, complete=True)
+    return Snapshot(files, complete=True, rules=chains)
 
 
-def _ignored(chain: Sequence[tuple[str, GitIgnoreSpec]], path: str, is_dir: bool) -> bool:
+def _ignored(chain: Rules, path: str, is_dir: bool) -> bool:
     """Git's answer for ``path`` (relative to the workspace): the deepest rules file with a
     pattern that matches decides, the last such pattern in it (a ``!`` one un-ignores)."""
     for base, spec in reversed(chain):
@@ -175,12 +187,12 @@ def _repo_root(folder: Path) -> Path | None:
     return None
 
 
-def _rules_above(repo: Path, root: Path) -> list[tuple[str, GitIgnoreSpec]]:
+def _rules_above(repo: Path, root: Path) -> Rules:
     """The rules that apply to the workspace from outside it: the repository's
     ``info/exclude`` (lowest), then each ``.gitignore`` from the repository's top down to the
     workspace's parent. Their patterns are rewritten relative to the workspace where they can
     be; a pattern anchored above it that cannot is dropped (it names nothing inside)."""
-    out: list[tuple[str, GitIgnoreSpec]] = []
+    out: Rules = []
     info = _info_exclude(repo)
     chain: list[tuple[Path, list[str]]] = []
     if info:
@@ -253,9 +265,12 @@ def _gitignore(folder: str) -> GitIgnoreSpec | None:
 
 
 def _lines(path: Path) -> list[str]:
+    """A rules file's pattern lines (blank and comment lines left out: a file of only those,
+    like a fresh repository's ``info/exclude``, has no rules to match)."""
     try:
         with open(path, "rb") as f:
             data = f.read(1 << 20)
     except OSError:
         return []
-    return data.decode("utf-8", "replace").splitlines()
+    lines = data.decode("utf-8", "replace").splitlines()
+    return [line for line in lines if line.strip() and not line.startswith("#")]
