@@ -432,3 +432,41 @@ async def test_a_change_seen_only_beside_another_call_is_not_taken_for_the_worke
         assert [c.reason for c in unreported] == [
             "unreported change: theirs.py modified, not listed in changes"
         ]
+
+
+async def test_the_lead_report_marks_a_run_cited_for_the_opposite_claim_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    from orchestrator.runtime.report_check import check_report
+
+    def turn(i: str, command: str, code: int) -> list[NewMessage]:
+        use = ToolUseBlock(id=i, name="bash", input={"command": command})
+        out = ToolResultBlock(
+            tool_use_id=i, content=f"[exit code: {code}]", effects=Effects(exit_code=code)
+        )
+        return [
+            NewMessage(role="assistant", content=[use]),
+            NewMessage(role="user", content=[out]),
+        ]
+
+    store = await Store.open(str(tmp_path / "t.db"))
+    try:
+        info = await store.create_thread(
+            kind=Kind.WORKER,
+            title="w",
+            messages=[NewMessage.user("do"), *turn("a", "pytest", 1), *turn("b", "pytest", 0)],
+        )
+        w = info.ref
+        report = (
+            f"The tests pass ({w}#3). They failed before the fix ({w}#3), and pass now ({w}#5)."
+            f" The call itself: {w}#4 passed. It fails ({w}#5)! See T-zzzzzzzz#2; the task {w}#1."
+        )
+        marked = await check_report(store, report)
+    finally:
+        await store.close()
+    mark = " [does not support this: the cited run exited {}]"
+    assert marked == (
+        f"The tests pass ({w}#3{mark.format(1)}). They failed before the fix ({w}#3), and pass"
+        f" now ({w}#5). The call itself: {w}#4 passed. It fails ({w}#5{mark.format(0)})!"
+        f" See T-zzzzzzzz#2 [not found]; the task {w}#1."
+    )
