@@ -11,9 +11,10 @@ Each claim gets a verdict with the refs that decided it (``store.ClaimCheck``):
   redirections, ``cd DIR &&``, ``python -m``). Unverified when no call ran it, or when the latest
   call that did came before the worker's last change to the workspace (a file tool's write, or a
   command that changed a path — not one that ran beside another call in a shared directory,
-  whose record may hold the other's changes: ``Effects.concurrent``); then, from the call's recorded exit status: verified when it
-  agrees with the outcome (pass, fail), contradicted when it does not, unverified when the
-  call's status does not say (``a; b``) or the outcome says neither.
+  whose record may hold the other's changes: ``Effects.concurrent``); then, from the call's
+  recorded exit status: verified when it agrees with the outcome (pass, fail), contradicted
+  when it does not, unverified when the call's status does not say (``a; b``) or the outcome
+  says neither.
 - **change** i — the path against the worktree diff from the job's base (``diff``, with
   worktree isolation) or else the thread's own changes (file tools and the paths each ``bash``
   call recorded, folded: added then modified is added, added then deleted is nothing): verified
