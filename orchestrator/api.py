@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from store import (
+    Check,
     Kind,
     NewMessage,
     SearchHit,
@@ -52,9 +53,17 @@ class WorkerSummary:
     task: str | None
     status: str
     summary: str
+    check: Check | None = None
+    """The worker's result check (SPEC "Checked results"), as stored with its result."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"ref": self.ref, "task": self.task, "status": self.status, "summary": self.summary}
+        return {
+            "ref": self.ref,
+            "task": self.task,
+            "status": self.status,
+            "summary": self.summary,
+            "check": None if self.check is None else self.check.model_dump(mode="json"),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -569,11 +578,17 @@ class Orchestrator:
                     task=task,
                     status=str(status),
                     summary=result.summary if result else (error or ""),
+                    check=result.check if result else None,
                 )
             )
         report = outcome.final_text
         if not report and outcome.result is not None:
             report = outcome.result.summary
+        if report:
+            from .runtime.report_check import check_report
+
+            # its citations checked: unresolvable ones and runs cited for the opposite claim
+            report = await check_report(self.store, report)
         status, error, exception = outcome.status, outcome.error, outcome.exception
         failed = [w for w in workers if w.status == Status.FAILED]
         if status == Status.DONE and workers and len(failed) == len(workers):

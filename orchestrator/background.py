@@ -37,6 +37,8 @@ from .errors import EXIT_USAGE, OrchestratorError
 from .jobs import JobSpec
 from .runtime import JobRuntime, create_lead, job_of
 from .runtime.lead_tools import check_citations
+from .runtime.report_check import check_report
+from .views import result_json
 
 log = structlog.get_logger("threadloom.background")
 
@@ -272,9 +274,10 @@ class Background:
         if info.kind == Kind.READER:
             out["result"] = await self.answer(info)
         elif info.kind == Kind.LEAD:
-            out["result"] = {"report": await self.final_text(info)}
+            report = await check_report(self.store, await self.final_text(info))
+            out["result"] = {"report": report}
         elif info.result is not None:
-            out["result"] = info.result.model_dump(mode="json", exclude_none=True)
+            out["result"] = result_json(info.result)  # with its check (SPEC "Checked results")
         if info.error:
             out["error"] = info.error
         return out

@@ -91,7 +91,37 @@ def source_json(task: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def result_json(result: AnyResult | None) -> dict[str, Any] | None:
-    return None if result is None else result.model_dump(mode="json", exclude_none=True)
+    """A result's SPEC JSON; its ``check`` whole (a ``status`` claim's ``index`` is null)."""
+    if result is None:
+        return None
+    data: dict[str, Any] = result.model_dump(mode="json", exclude_none=True)
+    if result.check is not None:
+        data["check"] = result.model_dump(mode="json")["check"]
+    return data
+
+
+VERDICT_MARKS = {"verified": "✓", "unverified": "?", "contradicted": "✗"}
+"""How a claim's verdict is shown in text (``show``, ``run``, ``tree``, the lead's results)."""
+
+
+def check_summary(check: Any) -> dict[str, Any] | None:
+    """A result check in brief: its verdict, rounds and how many claims got each verdict."""
+    if check is None:
+        return None
+    counts = {v: 0 for v in VERDICT_MARKS}
+    for c in check.claims:
+        counts[c.verdict] = counts.get(c.verdict, 0) + 1
+    return {"verdict": check.verdict, "rounds": check.rounds, "claims": len(check.claims), **counts}
+
+
+def claim_lines(check: Any) -> list[str]:
+    """Each claim of a result check as one line: ``✓ verification 0: <reason> (T-…#7)``."""
+    out = []
+    for c in check.claims:
+        where = c.kind if c.index is None else f"{c.kind} {c.index}"
+        refs = f" ({', '.join(c.refs)})" if c.refs else ""
+        out.append(f"{VERDICT_MARKS.get(c.verdict, '?')} {where}: {c.reason}{refs}")
+    return out
 
 
 def _ref(thread_id: str | None) -> str | None:
@@ -208,6 +238,7 @@ def tree_json(
             "usage": usage_json(usage),
             "tokens": usage.total_tokens,
             "cost_usd": totals[tid].cost_usd if tid in totals else 0.0,
+            "check": check_summary(t.result.check) if t.result is not None else None,
             "parent": _ref(t.parent_id),
             "forked_from": fork_json(t),
             "children": [node(c) for c in children[tid]],
@@ -246,6 +277,7 @@ def stats_json(
             "usage": usage_json(usage),
             "cost_usd": sum(cost_of(t.id) for t in members),
             "cache_read_share": cache_share(usage),
+            "checked_claims": checked_share(members),
         }
 
     jobs: dict[str, list[ThreadInfo]] = {}
@@ -262,6 +294,8 @@ def stats_json(
                 "cost_usd": cost_of(t.id),
                 "responses": totals[t.id].responses if t.id in totals else 0,
                 "cache_read_share": cache_share(usage_of(t.id)),
+                "check": check_summary(t.result.check) if t.result is not None else None,
+                "checked_claims": checked_share([t]),
             }
             for t in threads
         ],
@@ -275,4 +309,19 @@ def stats_json(
             for j, members in jobs.items()
         ],
         "total": summed(threads),
+    }
+
+
+def checked_share(threads: Sequence[AnyThread]) -> dict[str, Any]:
+    """The claims of the threads' checked results: how many, how many verified, the share."""
+    claims = verified = 0
+    for t in threads:
+        check = t.result.check if t.result is not None else None
+        if check is not None:
+            claims += len(check.claims)
+            verified += sum(c.verdict == "verified" for c in check.claims)
+    return {
+        "claims": claims,
+        "verified": verified,
+        "share": round(verified / claims, 4) if claims else None,
     }

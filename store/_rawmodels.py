@@ -101,8 +101,22 @@ class RawResult(SimpleNamespace):
     def model_dump(self, *, mode: str = "json", exclude_none: bool = False) -> dict[str, Any]:
         data: dict[str, Any] = self.__dict__["_json"]
         if exclude_none:
-            return {k: v for k, v in data.items() if v is not None}
+            return _without_none(data)  # type: ignore[no-any-return]
         return dict(data)
+
+
+def _without_none(value: Any) -> Any:
+    """``value`` with every None-valued key left out, at every depth (as pydantic's
+    ``exclude_none`` does for nested models)."""
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_none(v) for v in value]
+    return value
+
+
+class RawEffects(RawResult):
+    """A tool call's recorded ``Effects``: its attributes, and ``model_dump`` giving its JSON."""
 
 
 class RawText(_Plain):
@@ -171,7 +185,7 @@ class RawStoredOutput(_Plain):
 
 
 class RawToolResult(_Plain):
-    __slots__ = ("content", "is_error", "stored", "tool_use_id")
+    __slots__ = ("content", "effects", "is_error", "stored", "tool_use_id")
     type: ClassVar[Literal["tool_result"]] = "tool_result"
 
     def __init__(
@@ -180,11 +194,13 @@ class RawToolResult(_Plain):
         content: str | list[RawText],
         is_error: bool = False,
         stored: RawStoredOutput | None = None,
+        effects: RawEffects | None = None,
     ) -> None:
         self.tool_use_id = tool_use_id
         self.content = content
         self.is_error = is_error
         self.stored = stored
+        self.effects = effects
 
     @property
     def text(self) -> str:
@@ -204,6 +220,10 @@ class RawToolResult(_Plain):
         }
         if self.stored is not None or not exclude_none:
             out["stored"] = None if self.stored is None else self.stored.model_dump()
+        if self.effects is not None or not exclude_none:
+            out["effects"] = (
+                None if self.effects is None else self.effects.model_dump(exclude_none=exclude_none)
+            )
         return out
 
 
@@ -325,7 +345,17 @@ LIGHT_SHAPES: dict[str, tuple[tuple[str, Any], ...]] = {
         ("content", ""),
         ("is_error", False),
         ("stored", None),
+        ("effects", None),
     ),
+    "Effects": (("exit_code", None), ("changed", []), ("complete", True), ("concurrent", False)),
+    "ClaimCheck": (
+        ("kind", _MISSING),
+        ("index", None),
+        ("verdict", _MISSING),
+        ("reason", _MISSING),
+        ("refs", []),
+    ),
+    "Check": (("verdict", _MISSING), ("claims", []), ("rounds", 1)),
     "StoredOutput": (
         ("chars", _MISSING),
         ("bytes", _MISSING),
@@ -359,6 +389,7 @@ LIGHT_SHAPES: dict[str, tuple[tuple[str, Any], ...]] = {
         ("dropped_evidence", 0),
         ("branch", None),
         ("diff_stat", None),
+        ("check", None),
     ),
 }
 """What this module knows of the stored JSON: each model's fields with their defaults, in the
@@ -455,7 +486,9 @@ def result_from_json(value: Any) -> RawResult:
         "dropped_evidence": _int(d["dropped_evidence"]),
         "branch": _opt_str(d["branch"]),
         "diff_stat": _opt_str(d["diff_stat"]),
+        "check": None if d["check"] is None else _check(d["check"]),
     }
+    check = data["check"]
     return RawResult(
         _json=data,
         **{
@@ -464,14 +497,55 @@ def result_from_json(value: Any) -> RawResult:
             "changes": [SimpleNamespace(**c) for c in changes],
             "verification": [SimpleNamespace(**v) for v in verification],
             "usage": usage,
+            "check": None
+            if check is None
+            else SimpleNamespace(
+                **{**check, "claims": [SimpleNamespace(**c) for c in check["claims"]]}
+            ),
         },
     )
+
+
+_VERDICTS = ("verified", "unverified", "contradicted")
+_CLAIM_KINDS = ("status", "finding", "verification", "change")
+
+
+def _check(value: Any) -> dict[str, Any]:
+    """A stored ``Check`` as its JSON, every field present (``Unsupported`` otherwise)."""
+    d = _shaped(value, "Check")
+    if d["verdict"] not in _VERDICTS:
+        raise Unsupported("check verdict")
+    claims = [_shaped(c, "ClaimCheck") for c in _list(d["claims"])]
+    for c in claims:
+        if c["kind"] not in _CLAIM_KINDS or c["verdict"] not in _VERDICTS:
+            raise Unsupported("claim check")
+        if c["index"] is not None:
+            _int(c["index"])
+        _str(c["reason"])
+        c["refs"] = strs(c["refs"])
+    return {"verdict": d["verdict"], "claims": claims, "rounds": _int(d["rounds"])}
 
 
 def _list(value: Any) -> list[Any]:
     if not isinstance(value, list):
         raise Unsupported("expected a list")
     return value
+
+
+def _effects(value: Any) -> RawEffects:
+    """A stored ``Effects``: its attributes, and ``model_dump`` giving its JSON."""
+    d = _shaped(value, "Effects")
+    if d["exit_code"] is not None:
+        _int(d["exit_code"])
+    if not isinstance(d["complete"], bool) or not isinstance(d["concurrent"], bool):
+        raise Unsupported("effects flags")
+    changed = [_shaped(c, "Change") for c in _list(d["changed"])]
+    for c in changed:
+        _str(c["path"])
+        if c["action"] not in _CHANGE_ACTIONS:
+            raise Unsupported("change action")
+    data = {**d, "changed": changed}
+    return RawEffects(_json=data, **{**data, "changed": [SimpleNamespace(**c) for c in changed]})
 
 
 def block_from_json(value: Any) -> RawBlock:
@@ -502,7 +576,8 @@ def block_from_json(value: Any) -> RawBlock:
             if min(sizes.values()) < 0:
                 raise Unsupported("stored output sizes")
             stored = RawStoredOutput(**sizes, sha256=_str(so["sha256"]))
-        return RawToolResult(_str(d["tool_use_id"]), content, d["is_error"], stored)
+        effects = None if d["effects"] is None else _effects(d["effects"])
+        return RawToolResult(_str(d["tool_use_id"]), content, d["is_error"], stored, effects)
     raise Unsupported(f"block type {kind!r}")
 
 

@@ -32,6 +32,8 @@ import pydantic_core
 from pydantic import BaseModel
 
 from .models import (
+    Change,
+    Effects,
     Message,
     StoredOutput,
     TextBlock,
@@ -53,15 +55,28 @@ KNOWN_SHAPES: dict[tuple[str, ...], tuple[type[BaseModel], str]] = {
     ("type", "id", "name", "input"): (ToolUseBlock, "tool_use"),
     ("type", "tool_use_id", "content", "is_error"): (ToolResultBlock, "tool_result"),
     ("type", "tool_use_id", "content", "is_error", "stored"): (ToolResultBlock, "tool_result"),
+    ("type", "tool_use_id", "content", "is_error", "effects"): (ToolResultBlock, "tool_result"),
+    ("type", "tool_use_id", "content", "is_error", "stored", "effects"): (
+        ToolResultBlock,
+        "tool_result",
+    ),
 }
 """Each block shape built without validation; any other is validated."""
 
 STORED_OUTPUT_SHAPE = _STORED
 """The keys of a stored ``ToolResultBlock.stored``, in order."""
 
+_CHANGE = ("path", "action")
+_EFFECTS = (
+    ("exit_code", "changed", "complete", "concurrent"),
+    ("changed", "complete", "concurrent"),
+)
+EFFECTS_SHAPES = _EFFECTS
+"""The keys of a stored ``ToolResultBlock.effects`` (``exit_code`` left out when None)."""
+
 # One field set per shape, shared by the models built here: a frozen model never changes its
 # own, and pydantic copies it when it copies a model.
-_FIELDS_SET = {keys: set(keys) for keys in (*KNOWN_SHAPES, _STORED)}
+_FIELDS_SET = {keys: set(keys) for keys in (*KNOWN_SHAPES, _STORED, _CHANGE, *_EFFECTS)}
 _MESSAGE_SET = set(Message.model_fields)
 
 # The slots ``model_construct`` fills, set through their descriptors.
@@ -90,9 +105,10 @@ class _Unknown(Exception):
 
 
 def _left_to_fill(keys: tuple[str, ...], cls: type[BaseModel]) -> int:
-    """0: nothing; 1: a tool result (inline unless ``stored`` is there); 2: ``_fill`` it."""
+    """0: nothing; 1: a tool result (inline, nothing recorded, unless ``stored`` or ``effects``
+    is there); 2: ``_fill`` it."""
     if cls is ToolResultBlock:
-        return 2 if "stored" in keys else 1
+        return 2 if "stored" in keys or "effects" in keys else 1
     return 2 if cls is ThinkingBlock and "signature" not in keys else 0
 
 
@@ -111,6 +127,7 @@ def _fill(cls: type[Any], d: dict[str, Any]) -> None:
             d["content"] = [_text(b) for b in content]
         elif type(content) is not str:
             raise _Unknown
+        effects = d.pop("effects", None)  # set again below: the fields' order is the JSON's
         stored = d.get("stored")
         if stored is None:
             d["stored"] = None
@@ -118,8 +135,45 @@ def _fill(cls: type[Any], d: dict[str, Any]) -> None:
             d["stored"] = construct_model(StoredOutput, stored, _FIELDS_SET[_STORED])
         else:
             raise _Unknown
+        d["effects"] = None if effects is None else _effects(effects)
     elif cls is ThinkingBlock and "signature" not in d:
         d["signature"] = None
+
+
+def _effects(d: Any) -> Effects:
+    """A stored ``Effects`` as its model; any other shape or type is ``_Unknown``."""
+    keys = tuple(d) if type(d) is dict else ()
+    if (
+        keys not in _EFFECTS
+        or type(d["changed"]) is not list
+        or type(d["complete"]) is not bool
+        or type(d["concurrent"]) is not bool
+    ):
+        raise _Unknown
+    code = d.get("exit_code")
+    if code is not None and type(code) is not int:
+        raise _Unknown
+    changed = []
+    for c in d["changed"]:
+        if (
+            type(c) is not dict
+            or tuple(c) != _CHANGE
+            or type(c["path"]) is not str
+            or not c["path"]
+            or c["action"] not in _ACTIONS
+        ):
+            raise _Unknown
+        changed.append(construct_model(Change, c, _FIELDS_SET[_CHANGE]))
+    values = {
+        "exit_code": code,
+        "changed": changed,
+        "complete": d["complete"],
+        "concurrent": d["concurrent"],
+    }
+    return construct_model(Effects, values, _FIELDS_SET[keys])
+
+
+_ACTIONS = frozenset({"added", "modified", "deleted"})
 
 
 def _text(d: Any) -> Any:
@@ -232,6 +286,7 @@ def _chunk(
                 if fill:  # text, tool_use and a signed thinking block: nothing to fill
                     if fill == 1 and type(d["content"]) is str:
                         d["stored"] = None  # the usual tool result: an inline text output
+                        d["effects"] = None
                     else:
                         _fill(cls, d)
                 b = new(cls)

@@ -17,7 +17,10 @@ from .refs import format_ref
 
 __all__ = [
     "Change",
+    "Check",
+    "ClaimCheck",
     "ContentBlock",
+    "Effects",
     "Finding",
     "ForkOrigin",
     "Kind",
@@ -35,6 +38,7 @@ __all__ = [
     "ToolUseBlock",
     "Usage",
     "UsageRecord",
+    "Verdict",
     "Verification",
 ]
 
@@ -80,6 +84,32 @@ class StoredOutput(_Frozen):
     sha256: str
 
 
+class Change(_Frozen):
+    path: str = Field(min_length=1)
+    action: Literal["added", "modified", "deleted"]
+
+
+class Effects(_Frozen):
+    """What a tool call did to its workspace, recorded by the tool that ran it (``bash``,
+    ``write_file``, ``edit_file``) and stored with its result for the result check
+    (``orchestrator.runtime.check``). Like ``stored``, no model request ever carries it: the
+    model reads ``[exit code: N]`` in the output, as it always did.
+
+    ``exit_code``: the shell's exit status (None: it did not exit on its own — timed out,
+    killed, never started — or the tool is not a command). ``changed``: the workspace paths the
+    call added, modified or deleted (paths a ``.gitignore`` rule matches, ``.git``,
+    ``.threadloom``, ``__pycache__`` and ``*.pyc`` aside), relative to the workspace, sorted.
+    ``complete`` False: the workspace was too large to compare whole, so ``changed`` may miss
+    paths (a claim that rests on it is left unverified). ``concurrent`` True: another call ran
+    in the same workspace meanwhile (a parallel call of the turn, or another worker sharing the
+    directory), so ``changed`` may hold its changes too."""
+
+    exit_code: int | None = None
+    changed: list[Change] = Field(default_factory=list)
+    complete: bool = True
+    concurrent: bool = False
+
+
 class ToolResultBlock(_Frozen):
     type: Literal["tool_result"] = "tool_result"
     tool_use_id: str = Field(min_length=1)
@@ -87,6 +117,9 @@ class ToolResultBlock(_Frozen):
     is_error: bool = False
     stored: StoredOutput | None = None
     """None for an output kept inline (the usual case, and then absent from the stored JSON)."""
+    effects: Effects | None = None
+    """What the call did to the workspace (``Effects``); None for a tool that records nothing
+    (and then absent from the stored JSON). Never sent to a model."""
 
     @property
     def text(self) -> str:
@@ -204,14 +237,33 @@ class Finding(_Frozen):
     evidence: list[str] = Field(default_factory=list)
 
 
-class Change(_Frozen):
-    path: str = Field(min_length=1)
-    action: Literal["added", "modified", "deleted"]
-
-
 class Verification(_Frozen):
     command: str = Field(min_length=1)
     outcome: str
+
+
+Verdict = Literal["verified", "unverified", "contradicted"]
+
+
+class ClaimCheck(_Frozen):
+    """The verdict on one claim of a result: which claim (``kind`` and its 0-based ``index`` in
+    its list; None for ``status``), what was looked for and found (``reason``, one line), and
+    the messages that decided it (``refs``)."""
+
+    kind: Literal["status", "finding", "verification", "change"]
+    index: int | None = None
+    verdict: Verdict
+    reason: str
+    refs: list[str] = Field(default_factory=list)
+
+
+class Check(_Frozen):
+    """A result's check (SPEC "Checked results"): the worst verdict of its claims, each claim's,
+    and ``rounds``: how many submissions were checked (2 after the one correction round)."""
+
+    verdict: Verdict
+    claims: list[ClaimCheck] = Field(default_factory=list)
+    rounds: int = 1
 
 
 class Result(_Frozen):
@@ -233,6 +285,9 @@ class Result(_Frozen):
     dropped_evidence: int = 0
     branch: str | None = None
     diff_stat: str | None = None
+    check: Check | None = None
+    """The result checked against the worker's own transcript before anyone read it (SPEC
+    "Checked results"); None for a result stored before checks existed."""
 
 
 class ForkOrigin(_Frozen):

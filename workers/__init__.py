@@ -6,6 +6,7 @@ Workers know threads (``store``) but nothing of jobs or leads; the orchestrator 
 from ._loop import (
     INTERRUPTED_RESULT,
     BudgetExhausted,
+    CheckHook,
     LoopConfig,
     LoopEvent,
     RunOutcome,
@@ -47,6 +48,7 @@ __all__ = [
     "TOOL_REGISTRY",
     "BadModelResponse",
     "BudgetExhausted",
+    "CheckHook",
     "ContextTooLong",
     "LoopConfig",
     "LoopEvent",

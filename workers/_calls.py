@@ -18,10 +18,13 @@ import structlog
 from pydantic import ValidationError
 
 from store import (
+    Check,
+    ClaimCheck,
     LeaseLost,
     Message,
     NewMessage,
     OutputFile,
+    Result,
     ToolResultBlock,
     ToolUseBlock,
     UsageRecord,
@@ -30,7 +33,14 @@ from store import (
 )
 
 from ._protocol import ToolSpec
-from ._results import SUBMIT_RESULT, Submission, check_evidence, to_result, validation_message
+from ._results import (
+    SUBMIT_RESULT,
+    Submission,
+    check_evidence,
+    correction_message,
+    to_result,
+    validation_message,
+)
 from .tools import Tool, ToolOutput
 
 if TYPE_CHECKING:
@@ -86,7 +96,10 @@ async def answer(run: _Run, uses: list[ToolUseBlock], outputs: dict[str, ToolOut
         out = outputs.get(u.id)
         text = INTERRUPTED_RESULT if out is None else "" if u.id in files else out.text
         is_error = True if out is None else out.is_error
-        blocks.append(ToolResultBlock(tool_use_id=u.id, content=text, is_error=is_error))
+        effects = None if out is None else out.effects
+        blocks.append(
+            ToolResultBlock(tool_use_id=u.id, content=text, is_error=is_error, effects=effects)
+        )
     try:
         await store_message(run, NewMessage(role="user", content=blocks), files=files or None)
     finally:
@@ -193,12 +206,44 @@ async def submit(run: _Run, use: ToolUseBlock) -> ToolOutput:
     cited = any(f.evidence for f in submission.findings)
     ancestry = await run.store.ancestry(run.thread_id) if cited else [(run.thread_id, 0)]
     findings, dropped = check_evidence(submission, ancestry=ancestry)
-    run.result = to_result(
-        submission,
-        findings,
-        dropped,
-        ref=format_ref(run.thread_id),
-        task=run.task_key,
-    )
+    ids = {"ref": format_ref(run.thread_id), "task": run.task_key}
+    result = to_result(submission, findings, dropped, **ids)
+    if run.check_result is not None:
+        # checked as submitted, so that each ref that does not resolve is named
+        check = await checked(run, to_result(submission, list(submission.findings), 0, **ids))
+        if check.verdict == "contradicted" and run.corrections < MAX_CORRECTIONS:
+            run.corrections += 1
+            log.info(
+                "result.contradicted", claims=sum(c.verdict == "contradicted" for c in check.claims)
+            )
+            return ToolOutput(correction_message(check), is_error=True)
+        result = result.model_copy(update={"check": check})
+    run.result = result
     note = f" ({dropped} evidence refs did not resolve and were dropped)" if dropped else ""
     return ToolOutput(f"Result recorded{note}. Your task is over.")
+
+
+MAX_CORRECTIONS = 1
+"""Submissions with a contradicted claim sent back to the worker (SPEC: once)."""
+CHECK_TIMEOUT_S = 60.0
+
+
+async def checked(run: _Run, result: Result) -> Check:
+    """The run's ``check_result`` hook on ``result`` (over the run's history), with the number
+    of rounds the run has checked. A check that fails or hangs never costs the worker its
+    result: its claims are then one unverified ``status`` saying so."""
+    assert run.check_result is not None
+    try:
+        async with asyncio.timeout(CHECK_TIMEOUT_S):
+            check = await run.check_result(result, run.history)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.exception("result.check_failed")
+        reason = f"the check could not run: {type(exc).__name__}: {str(exc)[:200]}"
+        check = Check(
+            verdict="unverified",
+            claims=[ClaimCheck(kind="status", verdict="unverified", reason=reason)],
+        )
+    log.info("result.checked", verdict=check.verdict, claims=len(check.claims))
+    return check.model_copy(update={"rounds": run.corrections + 1})

@@ -24,6 +24,7 @@ from typing import Any
 import structlog
 
 from store import (
+    Check,
     DatabaseError,
     Kind,
     Lease,
@@ -46,6 +47,7 @@ from store import (
 from ._calls import INTERRUPTED_RESULT as INTERRUPTED_RESULT
 from ._calls import (
     answer,
+    checked,
     cleanup_cancelled,
     replay_safe,
     replayable,
@@ -72,6 +74,11 @@ CUT_OFF_TOOL = (
 CUT_OFF_TEXT = (
     "Your reply was cut off by the output-token limit. Continue exactly where it stopped."
 )
+
+
+CheckHook = Callable[[Result, Sequence[Message]], Awaitable[Check]]
+"""``check_result(result, history)``: the check of a worker's result against its visible
+history, before it is stored (the orchestrator's ``runtime.check``; the loop knows no rules)."""
 
 
 class BudgetExhausted(Exception):
@@ -157,6 +164,8 @@ class _Run:
     message: str | None = None
     title: str = ""
     after_tools: Callable[[int], Awaitable[None]] | None = None
+    check_result: CheckHook | None = None
+    corrections: int = 0  # submissions sent back with their contradictions (SPEC: at most one)
     history: list[Message] = field(default_factory=list)
     turns: int = 0
     usage: Usage = field(default_factory=Usage)
@@ -215,6 +224,7 @@ async def run_thread(
     after_tools: Callable[[int], Awaitable[None]] | None = None,
     sandbox: SandboxSettings | None = None,
     thread: ThreadInfo | None = None,
+    check_result: CheckHook | None = None,
 ) -> RunOutcome:
     """Run a thread from its stored history until it ends; return how it ended.
 
@@ -226,6 +236,9 @@ async def run_thread(
     ``message``, if given, is appended as the user's next message once the run owns the thread
     (after any unanswered tool calls of a crashed run have been answered).
     ``sandbox`` is how ``bash`` isolates commands (default: not at all, ``mode="none"``).
+    ``check_result``, if given, checks a worker's result before it is stored: a submission with
+    a contradicted claim goes back to the worker once as a tool error naming each one; what it
+    submits next stands with its check (a result the loop makes itself is checked too).
     The thread's system prompt and tool names come from the thread itself (``tools`` supplies the
     implementations; ``submit_result`` is handled here for workers). Raises ``LeaseHeld`` when
     another runner owns the thread and ``asyncio.CancelledError`` when cancelled — after the
@@ -278,6 +291,7 @@ async def run_thread(
         message=message,
         title=info.title,
         after_tools=after_tools,
+        check_result=check_result if info.kind == Kind.WORKER else None,
     )
     run.owner = me
     bound = structlog.contextvars.bound_contextvars(
@@ -569,6 +583,13 @@ async def _finish(
         result = Result(status="failed", summary=error or str(status))
     if result is None and run.kind != Kind.WORKER and run.final_text:
         result = Result(status="done", summary=run.final_text[:2000])
+    if (
+        result is not None
+        and result.check is None
+        and run.check_result is not None
+        and status not in (Status.INTERRUPTED, Status.CANCELLED)  # a stop: no more work
+    ):
+        result = result.model_copy(update={"check": await checked(run, result)})
     if result is not None:
         result = result.model_copy(
             update={

@@ -80,6 +80,7 @@ def model_view(msg: Message, cap: int) -> NewMessage:
                 "content": f"[{ref}]\n{capped_view(b, cap, ref)}",
                 "is_error": b.is_error,
                 "stored": None,
+                "effects": None,
             }
             b = construct(ToolResultBlock, values, _RESULT_FIELDS)
         blocks.append(b)

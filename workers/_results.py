@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from store import Change, Finding, Result, ThreadRef, Verification, format_ref
+from store import Change, Check, Finding, Result, ThreadRef, Verification, format_ref
 from store.errors import RefSyntaxError
 
 from ._protocol import ToolSpec
@@ -104,6 +104,24 @@ def check_evidence(
     return kept, dropped
 
 
+def correction_message(check: Check) -> str:
+    """The one correction round's tool error (SPEC "Checked results"): each contradicted claim
+    with its reason and the refs that show the contrary."""
+    lines = [
+        "submit_result: not recorded. Checked against this thread, these claims are"
+        " contradicted by it:"
+    ]
+    for c in check.claims:
+        if c.verdict == "contradicted":
+            where = c.kind if c.index is None else f"{c.kind} {c.index}"
+            lines.append(f"- {where}: {c.reason} ({', '.join(c.refs)})")
+    lines.append(
+        "Correct the result (or the work, then the result) and call submit_result again. This"
+        " is the only correction round: what you submit next is checked again and stands."
+    )
+    return "\n".join(lines)
+
+
 def to_result(
     submission: Submission, findings: list[Finding], dropped: int, **extra: Any
 ) -> Result:
@@ -126,6 +144,7 @@ __all__ = [
     "Submission",
     "Verification",
     "check_evidence",
+    "correction_message",
     "submit_result_spec",
     "to_result",
     "validation_message",

@@ -34,6 +34,7 @@ def exit_code(outcome: JobOutcome) -> int:
 def render(outcome: JobOutcome, *, hints: list[str] | None = None) -> Callable[[Printer], None]:
     def write(p: Printer) -> None:
         from ._report import write_report
+        from ._thread_text import render_check
 
         out = _Visible(p.stream)
         if outcome.report:
@@ -55,6 +56,8 @@ def render(outcome: JobOutcome, *, hints: list[str] | None = None) -> Callable[[
                     room = max(p.console.width - cell_width(head), 10)
                     summary = fit(visible(redact(summary)), room)
                 out.write(head + summary + "\n")
+                if w.check is not None:
+                    render_check(p, w.check, indent="    ")
             out.write("\n")
         u = outcome.usage
         head = f"{outcome.status}: {outcome.ref}  (job {outcome.job})"

@@ -67,11 +67,13 @@ _NUMBER_COLUMNS = [
     Column("CACHE WRITE", "right"),
     Column("CACHED", "right"),
     Column("COST", "right"),
+    Column("VERIFIED", "right"),
 ]
 
 
 def _cells(row: dict[str, Any]) -> list[str]:
-    """The number columns of a ``stats`` row (``views.stats_json``: usage, share, cost)."""
+    """The number columns of a ``stats`` row (``views.stats_json``: usage, share, cost, and
+    the share of its checked claims that were verified)."""
     u = row["usage"]
     return [
         count(u["input_tokens"]),
@@ -80,7 +82,15 @@ def _cells(row: dict[str, Any]) -> list[str]:
         count(u["cache_creation_input_tokens"]),
         percent(row["cache_read_share"]),
         usd(row["cost_usd"]),
+        _verified(row["checked_claims"]),
     ]
+
+
+def _verified(checked: dict[str, Any]) -> str:
+    """The share of checked claims that were verified, with the count (``–``: none checked)."""
+    if not checked["claims"]:
+        return "—"
+    return f"{percent(checked['share'])} of {checked['claims']}"
 
 
 @command("migrate")

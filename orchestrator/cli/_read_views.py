@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..humanize import age, compact
-from ..views import hit_json
+from ..views import VERDICT_MARKS, hit_json
 from ._render import Column, Printer, one_line, status_cell
 from ._thread_text import render_header, render_messages, render_result
 
@@ -121,6 +121,7 @@ def tree_view(data: dict[str, Any]) -> View:
                 status_cell(node["status"]),
                 (f"  {one_line(node['title'], 60)}" if node["title"] else "", None),
                 (f"  · {compact(node['tokens'])} tok", "dim"),
+                *_check_cell(node.get("check")),
             ]
             if node["ref"] == focus and node is not data:
                 parts.append(("  ◀", "yellow"))
@@ -133,6 +134,18 @@ def tree_view(data: dict[str, Any]) -> View:
         walk(data, "", "", False)
 
     return View(data, text)
+
+
+def _check_cell(check: dict[str, Any] | None) -> list[tuple[str, str | None]]:
+    """A worker's result check in the tree: ``✓ 4/4 verified``, ``? 3/4 verified``, ``✗ …``."""
+    if not check:
+        return []
+    style = {"verified": "green", "unverified": "yellow"}.get(check["verdict"], "red")
+    mark = VERDICT_MARKS.get(check["verdict"], "?")
+    text = f"  {mark} {check['verified']}/{check['claims']} verified"
+    if check["contradicted"]:
+        text += f", {check['contradicted']} contradicted"
+    return [(text, style)]
 
 
 # ----------------------------------------------------------------- search

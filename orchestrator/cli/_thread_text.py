@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from typing import IO, TYPE_CHECKING, Any, Literal
 
 from ..humanize import age, count, timestamp
-from ..views import cache_share
+from ..views import cache_share, claim_lines
 from ._render import STATUS_STYLES, Printer, first_line, json_value, one_line, percent, plural, usd
 
 if TYPE_CHECKING:
@@ -205,12 +205,24 @@ def render_result(p: Printer, result: AnyResult) -> None:
             p.line(f"  {title}", "bold")
             for item in items:
                 p.line(f"    • {item}")
+    if result.check is not None:
+        render_check(p, result.check)
     if result.branch:
         p.line(f"  branch  {result.branch}")
     if result.diff_stat:
         p.line("  diff stat", "bold")
         for line in result.diff_stat.splitlines():
             p.line(f"    {line}")
+
+
+def render_check(p: Printer, check: Any, indent: str = "  ") -> None:
+    """The result check: its verdict, then each claim as ``✓ / ? / ✗ kind index: reason (ref)``."""
+    style = {"verified": "green", "unverified": "yellow"}.get(check.verdict, "red")
+    rounds = f"  after a correction round ({check.rounds} submissions)" if check.rounds > 1 else ""
+    p.parts([(f"{indent}check  ", "bold"), (check.verdict, style), (rounds, "dim")])
+    for line, c in zip(claim_lines(check), check.claims, strict=True):
+        mark = {"verified": "green", "unverified": "yellow"}.get(c.verdict, "red")
+        p.parts([(f"{indent}  {line[:1]}", mark), (line[1:], None)])
 
 
 # ----------------------------------------------------------------- text: messages

@@ -249,6 +249,13 @@ class Isolation:
 
         return after_tools
 
+    async def changes(self, tree: WorkerTree) -> dict[str, str]:
+        """The worker's workspace against the job's base now (``worktrees.worktree_changes``):
+        what the result check compares a result's ``changes`` with."""
+        return await wt.worktree_changes(
+            tree.path, base=tree.base, rel=tree.rel, root=tree.root, excludes=self.excludes
+        )
+
     async def finish(
         self, info: ThreadInfo, tree: WorkerTree, result: Result | None
     ) -> Result | None:

@@ -474,6 +474,53 @@ class Checkpointer:
         return commit
 
 
+_ACTIONS = {"A": "added", "M": "modified", "T": "modified", "D": "deleted"}
+
+
+async def worktree_changes(
+    worktree: Path,
+    *,
+    base: str,
+    rel: str = "",
+    root: Path | None = None,
+    excludes: Sequence[str] = _ALWAYS_EXCLUDED,
+) -> dict[str, str]:
+    """Every path of the workspace (``rel`` inside the worktree) whose files differ now from
+    ``base`` — committed, staged or not, untracked but not ignored — as ``{path: "added" |
+    "modified" | "deleted"}``, paths relative to the workspace; ``__pycache__`` and ``*.pyc``
+    left out (SPEC "Checked results"). The worktree's own index is brought up to date (``add
+    -A``, as each checkpoint does: the worktree is the worker's alone); git runs as for a
+    checkpoint, under the verified git dir and threadloom's configuration."""
+    common = await common_dir(root or worktree)
+    tree = verify_tree(common, worktree)
+    if tree is None:
+        raise WorktreeError(f"{worktree} is not a worktree of {common}: no diff")
+    cwd = tree.work_tree
+    env = await identity_env(root or cwd)
+    head = (await git("rev-parse", "HEAD", cwd=cwd, tree=tree)).out.strip()
+    await git("add", "-A", "--", ".", *excludes, cwd=cwd, env=env, tree=tree)
+    await _drop_excluded(cwd, env, excludes, head, tree)
+    out = (
+        await git(
+            "diff", "--cached", "--name-status", "-z", "--no-renames", "--no-ext-diff", base,
+            cwd=cwd, env=env, tree=tree,
+        )
+    ).out  # fmt: skip
+    fields = out.split("\0")
+    prefix = rel.strip("/") + "/" if rel.strip("/") else ""
+    changes: dict[str, str] = {}
+    for status, path in zip(fields[0::2], fields[1::2], strict=False):
+        action = _ACTIONS.get(status[:1])
+        if action is None or not path.startswith(prefix):
+            continue
+        path = path[len(prefix) :]
+        parts = path.split("/")
+        if "__pycache__" in parts or path.endswith(".pyc"):
+            continue
+        changes[path] = action
+    return changes
+
+
 # ----------------------------------------------------------------- diffs and merges
 
 

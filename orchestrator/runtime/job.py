@@ -20,10 +20,11 @@ from typing import Any
 
 import structlog
 
-from store import Kind, LeaseHeld, Store, ThreadInfo, format_ref
+from store import Check, Kind, LeaseHeld, Message, Result, Store, ThreadInfo, format_ref
 from workers import (
     SUBMIT_RESULT,
     BudgetExhausted,
+    CheckHook,
     LoopConfig,
     LoopEvent,
     Model,
@@ -40,10 +41,12 @@ from workers.tools import (
     require_sandbox,
 )
 
+from ..errors import WorktreeError
 from ..isolation import Isolation, WorkerTree
 from ..isolation.worktrees import DB_FILES
 from ..jobs import JobSpec
 from . import threads
+from .check import check_result
 from .executors import Executor, executor_for
 from .lead_tools import lead_tools, reader_tools
 
@@ -266,6 +269,7 @@ class JobRuntime:
                 lease_ttl_s=self.config.lease_ttl_s,  # a Temporal host's: its heartbeat's
             )
         workspace = run_workspace(info, self.job)
+        hook = self._check_hook(info, workspace, iso, tree) if info.kind == Kind.WORKER else None
         outcome = await run_thread(
             self.store,
             info.id,
@@ -281,11 +285,37 @@ class JobRuntime:
             sandbox=sandbox if info.kind == Kind.WORKER else None,
             after_tools=after_tools,
             thread=info,
+            check_result=hook,
         )
         if iso is not None and tree is not None:
             result = await iso.finish(info, tree, outcome.result)
             outcome = dataclasses.replace(outcome, result=result)
         return outcome
+
+    def _check_hook(
+        self, info: ThreadInfo, workspace: Path, iso: Isolation | None, tree: WorkerTree | None
+    ) -> CheckHook:
+        """The loop's ``check_result`` for a worker (``check``): its lineage read from the store,
+        its changes from the worktree diff when it has one (else from its own transcript)."""
+
+        async def hook(result: Result, history: Sequence[Message]) -> Check:
+            diff = None
+            if iso is not None and tree is not None:
+                try:
+                    diff = await iso.changes(tree)
+                except WorktreeError as exc:  # the transcript's own record stands in
+                    log.warning("check.diff_failed", thread=info.ref, error=str(exc))
+            ancestry = await self.store.ancestry(info.id)
+            return check_result(
+                result,
+                thread_id=info.id,
+                history=history,
+                ancestry=ancestry,
+                diff=diff,
+                workspace=str(workspace),
+            )
+
+        return hook
 
     async def run_worker(
         self,

@@ -34,6 +34,7 @@ from ..jobs import (
     check_title,
     check_tools,
 )
+from ..views import claim_lines
 from .pages import DEFAULT_MAX_CHARS, read_page, split_offset
 
 _CITATION = re.compile(r"T-[0-9a-hjkmnp-tv-z]{4,26}(?:#[0-9]+(?:-[0-9]*)?)?")
@@ -41,7 +42,9 @@ MAX_TASKS_PER_DISPATCH = 1000  # a job file may list many tasks; the lead gets t
 
 
 def result_payload(info: ThreadInfo, outcome: RunOutcome | None = None) -> dict[str, Any]:
-    """What the lead receives for one worker: its distilled result and ref, never its transcript."""
+    """What the lead receives for one worker: its distilled result and ref, never its
+    transcript, with the result's check as one line per claim (``✓``/``?``/``✗``, the reason,
+    the refs)."""
     result: Result | None = outcome.result if outcome is not None else info.result
     status = outcome.status if outcome is not None else info.status
     payload: dict[str, Any] = {
@@ -50,8 +53,15 @@ def result_payload(info: ThreadInfo, outcome: RunOutcome | None = None) -> dict[
         "thread_status": str(status),
     }
     if result is not None:
-        dumped = result.model_dump(mode="json", exclude_none=True, exclude={"ref", "task"})
+        dumped = result.model_dump(mode="json", exclude_none=True, exclude={"ref", "task", "check"})
         payload.update({k: v for k, v in dumped.items() if v not in ([], 0)})
+        if result.check is not None:
+            # each claim's verdict in one line, so the lead knows what to re-check
+            payload["check"] = {
+                "verdict": result.check.verdict,
+                "rounds": result.check.rounds,
+                "claims": claim_lines(result.check),
+            }
     else:
         payload.update({"status": "failed", "summary": "no result was stored"})
     error = outcome.error if outcome is not None else info.error

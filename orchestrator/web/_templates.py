@@ -21,6 +21,7 @@ from store import redact
 
 from ..humanize import age, compact, count
 from ..humanize import timestamp as stamp
+from ..views import VERDICT_MARKS
 from ._text import shown
 from ._views import PAGE, message_url, ref_url, thread_url, usage_line
 
@@ -87,9 +88,20 @@ def environment(*, redacted: bool = False) -> jinja2.Environment:
         thread_url=thread_url,
         usage_line=usage_line,
         evidence_url=ref_url,
+        claims_of=claims_of,
+        VERDICT_MARKS=VERDICT_MARKS,
         standalone=False,
     )
     return env
+
+
+def claims_of(result: Any, kind: str, index: int | None = None) -> list[Any]:
+    """The check's claims about one item of a result (``kind`` and its ``index``), or every
+    claim of a kind (``index`` None: the status claims); none for a result never checked."""
+    check = getattr(result, "check", None)
+    if check is None:
+        return []
+    return [c for c in check.claims if c.kind == kind and (index is None or c.index == index)]
 
 
 def stylesheet() -> Markup:

@@ -59,6 +59,12 @@ async def test_dispatch_returns_results_under_a_lead_named_for_the_client(
         assert out["pending"] == []
         assert [w["task"] for w in out["workers"]] == ["a", "b"]
         assert all(w["status"] == "done" and w["result"]["summary"] == "ok" for w in out["workers"])
+        # each result carries its check: a done with no tool call is unverified, index null
+        for w in out["workers"]:
+            (claim,) = w["result"]["check"]["claims"]
+            assert w["result"]["check"]["verdict"] == "unverified"
+            assert claim["kind"] == "status" and claim["index"] is None
+            assert claim["reason"] == "status done, but the thread made no tool call"
         lead = (await app.orch.store.resolve(out["job"])).thread
         assert lead.kind == Kind.LEAD and lead.title == "mcp: Claude Code"
         assert lead.status == Status.IDLE  # never run by a model: the client's agent is the lead
@@ -91,6 +97,11 @@ async def test_a_slow_worker_is_pending_after_wait_s_and_wait_collects_it_with_p
         )
     assert got["pending"] == []
     assert got["workers"][0]["result"]["summary"] == "slept"
+    assert got["workers"][0]["result"]["check"] == {
+        "verdict": "verified",
+        "claims": [],
+        "rounds": 1,
+    }
     assert heard and heard[0][1] == 1  # heard while it waited: 0 of 1 ended
     assert all(m and "running" in m for _, _, m in heard)
 

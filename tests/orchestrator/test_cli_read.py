@@ -268,7 +268,17 @@ def test_stats_sums_tokens_cost_and_cache_share_per_thread_and_job(sample: Sampl
 
     text = invoke("stats", sample.ref("lead"), db=sample.path).stdout.splitlines()
     assert text[0].split()[:3] == ["THREAD", "KIND", "TITLE"]
-    assert text[-1].split() == ["job", "total", "1,500", "300", "3,000", "1,000", "55%", "$0.0210"]
+    assert text[-1].split() == [
+        "job",
+        "total",
+        "1,500",
+        "300",
+        "3,000",
+        "1,000",
+        "55%",
+        "$0.0210",
+        "—",
+    ]
     summary = invoke("stats", db=sample.path).stdout.splitlines()
     assert summary[0].split()[:3] == ["JOB", "THREADS", "TITLE"]
     assert summary[1].split()[:4] == [sample.ref("lead"), "2", "fix-parser", "1,500"]

@@ -486,6 +486,13 @@ def test_light_blocks_and_results_dump_as_the_models_do() -> None:
         {"type": "tool_result", "tool_use_id": "a"},
         {"type": "tool_result", "tool_use_id": "a", "content": "out", "is_error": True},
         {"type": "tool_result", "tool_use_id": "a", "content": [{"type": "text", "text": "x"}]},
+        {
+            "type": "tool_result",
+            "tool_use_id": "a",
+            "content": "x",
+            "effects": {"exit_code": 2, "changed": [{"path": "p", "action": "added"}]},
+        },
+        {"type": "tool_result", "tool_use_id": "a", "effects": {"complete": False}},
     ]
     models = content_json(CONTENT_ADAPTER.validate_python(blocks))
     light = [block_from_json(b).model_dump(mode="json", exclude_none=True) for b in blocks]
@@ -497,6 +504,19 @@ def test_light_blocks_and_results_dump_as_the_models_do() -> None:
         "usage": {"output_tokens": 3},
         "duration_s": 2,
         "turns": 4,
+        "check": {
+            "verdict": "unverified",
+            "claims": [
+                {"kind": "status", "verdict": "unverified", "reason": "r"},
+                {
+                    "kind": "finding",
+                    "index": 0,
+                    "verdict": "verified",
+                    "reason": "r",
+                    "refs": ["T-0123#4"],
+                },
+            ],
+        },
     }
     want = Result.model_validate(result).model_dump(mode="json", exclude_none=True)
     got = result_from_json(result).model_dump(mode="json", exclude_none=True)

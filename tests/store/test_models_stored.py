@@ -16,7 +16,9 @@ from pydantic import BaseModel, ValidationError
 
 from store import (
     INLINE_LIMIT,
+    Change,
     ContentBlock,
+    Effects,
     Message,
     NewMessage,
     Store,
@@ -26,6 +28,7 @@ from store import (
     ToolUseBlock,
 )
 from store._stored import (
+    EFFECTS_SHAPES,
     GC_PAUSE_ROWS,
     KNOWN_SHAPES,
     STORED_OUTPUT_SHAPE,
@@ -50,6 +53,9 @@ def _every_shape() -> list[NewMessage]:
                 ToolUseBlock(id="tu1", name="bash", input={"command": "ls", "n": [1, {"a": None}]}),
                 ToolUseBlock(id="tu2", name="grep"),
                 ToolUseBlock(id="tu3", name="big"),
+                ToolUseBlock(id="tu4", name="bash"),
+                ToolUseBlock(id="tu5", name="write_file"),
+                ToolUseBlock(id="tu6", name="bash"),
             ],
         ),
         NewMessage(
@@ -62,6 +68,24 @@ def _every_shape() -> list[NewMessage]:
                     is_error=True,
                 ),
                 ToolResultBlock(tool_use_id="tu3", content="x" * (INLINE_LIMIT + 10)),  # apart
+                ToolResultBlock(
+                    tool_use_id="tu4",
+                    content="[exit code: 1]",
+                    effects=Effects(
+                        exit_code=1,
+                        changed=[Change(path="a.py", action="modified")],
+                    ),
+                ),
+                ToolResultBlock(
+                    tool_use_id="tu5",
+                    content="Created b",
+                    effects=Effects(changed=[Change(path="b", action="added")], complete=True),
+                ),
+                ToolResultBlock(  # recorded, and stored apart
+                    tool_use_id="tu6",
+                    content="y" * (INLINE_LIMIT + 10),
+                    effects=Effects(exit_code=0, complete=False),
+                ),
             ],
         ),
         NewMessage.assistant("done"),
@@ -134,6 +158,7 @@ def test_known_shapes_are_what_the_models_dump() -> None:
         for b in m.content
     }
     dumped.add(("type", "tool_use_id", "content", "is_error", "stored"))  # stored apart
+    dumped.add(("type", "tool_use_id", "content", "is_error", "stored", "effects"))
     assert dumped == set(KNOWN_SHAPES)
     for keys, (cls, kind) in KNOWN_SHAPES.items():
         fields = list(cls.model_fields)
@@ -144,6 +169,7 @@ def test_known_shapes_are_what_the_models_dump() -> None:
     from store import StoredOutput
 
     assert tuple(StoredOutput.model_fields) == STORED_OUTPUT_SHAPE
+    assert (tuple(Effects.model_fields), tuple(Effects.model_fields)[1:]) == EFFECTS_SHAPES
 
 
 def _row(content: Any, role: str = "user") -> tuple[str, str, str]:
@@ -253,7 +279,9 @@ def test_construct_builds_what_model_construct_builds() -> None:
     block = ToolResultBlock.model_construct(tool_use_id="t", content="x", is_error=True)
     values = {"type": "tool_result", "tool_use_id": "t", "content": "x", "is_error": True}
     built = construct(
-        ToolResultBlock, {**values, "stored": None}, {"tool_use_id", "content", "is_error"}
+        ToolResultBlock,
+        {**values, "stored": None, "effects": None},
+        {"tool_use_id", "content", "is_error"},
     )
     assert built == block and built.model_dump_json() == block.model_dump_json()
     assert built.model_fields_set == block.model_fields_set

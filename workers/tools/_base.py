@@ -14,12 +14,13 @@ import asyncio
 import errno
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import pydantic
 
+from store import Effects
 from workers._protocol import ToolSpec
 
 from ._errors import ToolFailure
@@ -57,10 +58,14 @@ class ToolContext:
 
 @dataclass(frozen=True)
 class ToolOutput:
-    """A tool's result as stored in the transcript (whole; the loop caps what the model sees)."""
+    """A tool's result as stored in the transcript (whole; the loop caps what the model sees).
+    ``effects``: what the call did to the workspace (``store.Effects``), stored with the result
+    and never shown to the model; None for a tool that changes nothing. Not part of equality:
+    two outputs are equal when they say the same to the model."""
 
     text: str
     is_error: bool = False
+    effects: Effects | None = field(default=None, compare=False)
 
 
 class ToolInput(pydantic.BaseModel):

@@ -26,6 +26,9 @@ The contract:
   ``SPILL_BYTES`` keeps half and half in memory). Capping what the model sees is the loop's job,
   not this tool's. The result ends with ``[exit code: N]``; a non-zero exit
   is a normal result (the model reads the code), ``is_error`` is for timeouts and failures to start.
+- The result carries ``Effects`` (never shown to the model): the exit status (None when the
+  command did not exit on its own) and the workspace paths it added, modified or deleted, from a
+  stat snapshot of the workspace before it starts and one after it ends (``_changes``).
 
 The shell's exit is detected with ``waitid(WNOWAIT)`` on a helper thread, not by asyncio's
 subprocess machinery: on Python 3.11 ``Process.wait()`` also waits for the output pipe to close,
@@ -50,9 +53,10 @@ from collections.abc import Mapping
 
 from pydantic import Field
 
-from store import MAX_OUTPUT_BYTES, OutputFile, secret_variables, taken_secrets
+from store import MAX_OUTPUT_BYTES, Effects, OutputFile, secret_variables, taken_secrets
 
 from ._base import Tool, ToolContext, ToolInput, ToolOutput
+from ._changes import changed_paths, close_window, open_window, take_snapshot
 from ._pids import ProcessLimitUnavailable, helper_argv, process_limit
 from ._sandbox import bwrap_argv, sandbox_status
 
@@ -111,6 +115,30 @@ class BashTool(Tool[BashInput]):
         self.output_cap_bytes = output_cap_bytes
 
     async def run(self, args: BashInput, ctx: ToolContext) -> ToolOutput:
+        """Run the command; the output carries its ``Effects``: the exit status and the
+        workspace paths it changed (``_changes``: a snapshot before it starts, one after it
+        ends)."""
+        window = open_window(ctx.workspace)
+        try:
+            before = await asyncio.to_thread(take_snapshot, ctx.workspace, hidden=ctx.hidden)
+            out, code = await self._run(args, ctx)
+            after = await asyncio.to_thread(take_snapshot, ctx.workspace, hidden=ctx.hidden)
+        finally:
+            close_window(window)
+        effects = Effects(
+            exit_code=code,
+            changed=changed_paths(before, after),
+            complete=before.complete and after.complete,
+            concurrent=window.concurrent,
+        )
+        return (
+            out.with_effects(effects)
+            if isinstance(out, SpooledOutput)
+            else (ToolOutput(out.text, is_error=out.is_error, effects=effects))
+        )
+
+    async def _run(self, args: BashInput, ctx: ToolContext) -> tuple[ToolOutput, int | None]:
+        """The command's output, and its exit status (None: it did not exit on its own)."""
         timeout = min(args.timeout_s or ctx.default_timeout_s, MAX_TIMEOUT_S)
         argv = ["bash", "-c", args.command]
         env = scrubbed_environment(os.environ, ctx.env)
@@ -119,7 +147,7 @@ class BashTool(Tool[BashInput]):
         except ProcessLimitUnavailable as exc:
             return ToolOutput(
                 f"bash: not run: no process limit can be applied: {exc}", is_error=True
-            )
+            ), None
         sandboxed = False
         if ctx.sandbox != "none":
             status = sandbox_status()
@@ -138,7 +166,7 @@ class BashTool(Tool[BashInput]):
                 return ToolOutput(
                     f"bash: not run: the job requires the sandbox and {status.reason}",
                     is_error=True,
-                )
+                ), None
         if not sandboxed:
             # The plain runner: the command's parent is the exec helper, not threadloom; it
             # applies the process limit itself.
@@ -160,7 +188,7 @@ class BashTool(Tool[BashInput]):
                 env=env,
             )
         except OSError as exc:
-            return ToolOutput(f"bash: failed to start: {exc}", is_error=True)
+            return ToolOutput(f"bash: failed to start: {exc}", is_error=True), None
         try:
             run = _Run(proc, OutputBuffer(self.output_cap_bytes))
         except BaseException:
@@ -184,8 +212,8 @@ class BashTool(Tool[BashInput]):
             raise
         if timed_out:
             footer = f"\n[timed out after {timeout:g} s; the command's process group was killed]"
-            return run.output.result(footer, is_error=True)
-        return run.output.result(f"\n[exit code: {_describe_exit(code)}]")
+            return run.output.result(footer, is_error=True), None
+        return run.output.result(f"\n[exit code: {_describe_exit(code)}]"), code
 
 
 def scrubbed_environment(
@@ -217,16 +245,22 @@ class SpooledOutput(ToolOutput):
 
     file: OutputFile
 
-    def __init__(self, file: OutputFile, *, is_error: bool = False) -> None:
+    def __init__(
+        self, file: OutputFile, *, is_error: bool = False, effects: Effects | None = None
+    ) -> None:
         object.__setattr__(self, "file", file)
         object.__setattr__(self, "is_error", is_error)
+        object.__setattr__(self, "effects", effects)
+
+    def with_effects(self, effects: Effects) -> SpooledOutput:
+        return SpooledOutput(self.file, is_error=self.is_error, effects=effects)
 
     @property
     def text(self) -> str:
         return b"".join(self.file.chunks()).decode("utf-8", "replace")
 
     def __repr__(self) -> str:
-        return f"SpooledOutput({self.file!r}, is_error={self.is_error})"
+        return f"SpooledOutput({self.file!r}, is_error={self.is_error}, effects={self.effects!r})"
 
     __eq__ = object.__eq__
     __hash__ = object.__hash__

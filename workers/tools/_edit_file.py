@@ -6,7 +6,10 @@ import os
 
 from pydantic import Field
 
+from store import Change, Effects
+
 from ._base import BlockingTool, ToolContext, ToolInput, ToolOutput, display_path, workspace_root
+from ._changes import note_write
 from ._errors import ToolFailure
 from ._paths import Guard, open_regular, replace_contents, resolve_in_workspace
 
@@ -79,8 +82,11 @@ class EditFileTool(BlockingTool[EditFileInput]):
         replace_contents(
             open_regular(path, root, write=True, guard=guard), replaced.encode("utf-8")
         )
+        note_write(root)
         done = count if args.replace_all else 1
         text_out = f"Replaced {done} occurrence{'s' if done != 1 else ''} in {shown}"
         if crlf:
             text_out += " (matched with the file's CRLF line endings)"
-        return ToolOutput(text_out)
+        return ToolOutput(
+            text_out, effects=Effects(changed=[Change(path=shown, action="modified")])
+        )

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
+from store import Change, Effects
+
 from ._base import BlockingTool, ToolContext, ToolInput, ToolOutput, display_path, workspace_root
+from ._changes import note_write
 from ._errors import ToolFailure
 from ._paths import (
     Guard,
@@ -49,8 +54,10 @@ class WriteFileTool(BlockingTool[WriteFileInput]):
             fd = open_regular(path, root, write=True, guard=guard)
             created = False
         replace_contents(fd, data)
+        note_write(root)
         verb = "Created" if created else "Overwrote"
         text = f"{verb} {shown} ({len(data)} bytes)"
         if new_dirs:
             text += "; created directories: " + ", ".join(display_path(root, d) for d in new_dirs)
-        return ToolOutput(text)
+        action: Literal["added", "modified"] = "added" if created else "modified"
+        return ToolOutput(text, effects=Effects(changed=[Change(path=shown, action=action)]))
