@@ -51,7 +51,14 @@ from ._rawmodels import (
 from ._readsql import CHAIN_SQL, MESSAGES_SQL, fts5_rows, row_limit, segments
 from ._schema import SCHEMA_HEAD
 from .errors import AmbiguousRef, ThreadNotFound
-from .refs import ThreadRef, anchor_range, format_ref, is_full_id, prefix_upper
+from .refs import (
+    ThreadRef,
+    anchor_range,
+    format_ref,
+    is_full_id,
+    prefix_upper,
+    shortest_refs,
+)
 
 BUSY_TIMEOUT_MS = 30_000
 """As ``store._engine.BUSY_TIMEOUT_MS`` (a test checks they agree)."""
@@ -199,22 +206,30 @@ def resolve(conn: sqlite3.Connection, ref: str) -> tuple[RawThread, int | None, 
         if row is None:
             raise ThreadNotFound(f"no thread {format_ref(parsed.id)}")
     else:
-        rows = conn.execute(
-            _THREAD_SQL + " WHERE id >= ? AND id < ? ORDER BY id LIMIT 11",
-            (parsed.id, prefix_upper(parsed.id)),
-        ).fetchall()
+        # ``_threads.id_prefix_condition`` and ``id_suffix_condition``, as SQLite runs them
+        where, params = (
+            (" WHERE id LIKE ?", ("%" + parsed.id,))
+            if parsed.suffix
+            else (" WHERE id >= ? AND id < ?", (parsed.id, prefix_upper(parsed.id)))
+        )
+        rows = conn.execute(_THREAD_SQL + where + " ORDER BY id LIMIT 11", params).fetchall()
         if not rows:
-            raise ThreadNotFound(f"no thread matches {format_ref(parsed.id)}")
+            raise ThreadNotFound(f"no thread matches {parsed.thread}")
         if len(rows) > 1:
             cands = [format_ref(r[0]) for r in rows[:10]]
             more = " …" if len(rows) > 10 else ""
-            raise AmbiguousRef(
-                f"{format_ref(parsed.id)} is ambiguous: {', '.join(cands)}{more}", cands
-            )
+            raise AmbiguousRef(f"{parsed.thread} is ambiguous: {', '.join(cands)}{more}", cands)
         row = rows[0]
     info = as_seen(_thread(row))
     start, end = anchor_range(parsed, info.id, info.head_seq)
     return info, start, end
+
+
+def short_refs(conn: sqlite3.Connection, thread_ids: Sequence[str]) -> dict[str, str]:
+    """``Store.short_refs``: the shortest unique ref by its end of each id."""
+    if not thread_ids:
+        return {}
+    return shortest_refs(thread_ids, [r[0] for r in conn.execute("SELECT id FROM threads")])
 
 
 def job_of(conn: sqlite3.Connection, ref: str) -> RawThread:

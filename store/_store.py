@@ -45,7 +45,15 @@ from .models import (
     ToolResultBlock,
     UsageRecord,
 )
-from .refs import ResolvedRef, ThreadRef, anchor_range, format_ref, is_full_id, new_id
+from .refs import (
+    ResolvedRef,
+    ThreadRef,
+    anchor_range,
+    format_ref,
+    is_full_id,
+    new_id,
+    shortest_refs,
+)
 
 
 class Store:
@@ -237,8 +245,9 @@ class Store:
     # ----------------------------------------------------------------- refs and forks
 
     async def resolve(self, ref: str | ThreadRef) -> ResolvedRef:
-        """A ref or unique id prefix → its thread (and range). Ambiguous prefixes raise
-        ``AmbiguousRef`` listing the candidates; anchors past the end raise ``ThreadNotFound``."""
+        """A ref, a unique id prefix or a unique id end (``T-…x2p4``) → its thread (and range).
+        Ambiguous ones raise ``AmbiguousRef`` listing the candidates; anchors past the end raise
+        ``ThreadNotFound``."""
         parsed = ThreadRef.parse(ref) if isinstance(ref, str) else ref
         if is_full_id(parsed.id):
             found = await self.db.read(
@@ -246,12 +255,21 @@ class Store:
             )
         else:
             found = await self.db.read(
-                lambda c: _threads.by_prefix(c, parsed.id, self.db.dialect),
+                lambda c: _threads.by_partial(c, parsed, self.db.dialect),
                 where="resolving a ref",
             )
         info = as_seen(found)
         start, end = anchor_range(parsed, info.id, info.head_seq)
         return ResolvedRef(info, start, end)
+
+    async def short_refs(self, thread_ids: Iterable[str]) -> dict[str, str]:
+        """The shortest unique ref by its end of each thread id (``T-…x2p4``,
+        ``refs.shortest_refs``): what a table with no room for whole refs prints."""
+        wanted = list(thread_ids)
+        if not wanted:
+            return {}
+        ids = await self.db.read(_threads.every_id, where="listing thread ids")
+        return shortest_refs(wanted, ids)
 
     async def fork(
         self,

@@ -24,7 +24,7 @@ from ._redact import redact
 from ._tables import threads
 from .errors import AmbiguousRef, LeaseLost, StatusError, ThreadNotFound
 from .models import CONTENT_FORMAT, ForkOrigin, Kind, NewMessage, Result, Status, ThreadInfo
-from .refs import format_ref, prefix_upper
+from .refs import ThreadRef, format_ref, prefix_upper
 
 THREAD_COLUMNS = list(threads.c)
 
@@ -146,23 +146,37 @@ def id_prefix_condition(
     return sa.and_(col >= prefix, col < prefix_upper(prefix))
 
 
-async def by_prefix(conn: AsyncConnection, prefix: str, dialect: str) -> ThreadInfo:
-    """The one thread whose id starts with ``prefix``; ``AmbiguousRef`` lists up to ten."""
+def id_suffix_condition(
+    column: sa.ColumnElement[str], suffix: str, dialect: str
+) -> sa.ColumnElement[bool]:
+    """``column`` ends with ``suffix`` (id characters only, so no LIKE wildcard to escape),
+    compared byte by byte (``COLLATE "C"`` on PostgreSQL, as ``id_prefix_condition``). No index
+    serves an id's end: the threads table is scanned, which is one row a thread."""
+    col = column.collate("C") if dialect == "postgresql" else column
+    return col.like("%" + suffix)
+
+
+async def by_partial(conn: AsyncConnection, ref: ThreadRef, dialect: str) -> ThreadInfo:
+    """The one thread whose id starts with ``ref.id`` (or, for a ref by its end, ends with it);
+    ``AmbiguousRef`` lists up to ten."""
+    cond = (id_suffix_condition if ref.suffix else id_prefix_condition)(
+        threads.c.id, ref.id, dialect
+    )
     rows = (
-        await conn.execute(
-            sa.select(*THREAD_COLUMNS)
-            .where(id_prefix_condition(threads.c.id, prefix, dialect))
-            .order_by(threads.c.id)
-            .limit(11)
-        )
+        await conn.execute(sa.select(*THREAD_COLUMNS).where(cond).order_by(threads.c.id).limit(11))
     ).all()
     if not rows:
-        raise ThreadNotFound(f"no thread matches {format_ref(prefix)}")
+        raise ThreadNotFound(f"no thread matches {ref.thread}")
     if len(rows) > 1:
         cands = [format_ref(r.id) for r in rows[:10]]
         more = " …" if len(rows) > 10 else ""
-        raise AmbiguousRef(f"{format_ref(prefix)} is ambiguous: {', '.join(cands)}{more}", cands)
+        raise AmbiguousRef(f"{ref.thread} is ambiguous: {', '.join(cands)}{more}", cands)
     return thread_from_row(rows[0])
+
+
+async def every_id(conn: AsyncConnection) -> list[str]:
+    """Every thread's id (``refs.shortest_refs`` needs them all to know what is unique)."""
+    return list((await conn.execute(sa.select(threads.c.id))).scalars())
 
 
 async def listing(
