@@ -28,6 +28,7 @@ from ..jobs import (
 )
 from ..runtime import DEFAULT_MAX_CHARS
 from ..runtime.lead_tools import TaskInput
+from ..runtime.pages import READ_THREAD_DESCRIPTION, REF_DESCRIPTION
 from ._refusals import refusals
 
 if TYPE_CHECKING:
@@ -283,16 +284,16 @@ def register_tools(app: Threadloom) -> None:
                 out["report"] = entry["result"]["report"]
             return answer(out)
 
-    @server.tool(annotations=_READ_ONLY)
+    @server.tool(
+        annotations=_READ_ONLY,
+        description=READ_THREAD_DESCRIPTION + " `next` is that ref, or null at the end.",
+    )
     async def read_thread(
-        ref: Annotated[str, Field(description="T-<id>, or a range: T-<id>#7, #7-12, #7-")],
+        ref: Annotated[str, Field(description=REF_DESCRIPTION)],
         mode: Literal["messages", "overview", "tool_outputs", "grep"] = "messages",
         pattern: Annotated[str | None, Field(description="Regular expression (grep)")] = None,
         max_chars: Annotated[int, Field(gt=0, le=MAX_PAGE_CHARS)] = DEFAULT_MAX_CHARS,
     ) -> CallToolResult:
-        """A bounded page of any thread's transcript: overview (one line a message), messages,
-        tool_outputs (raw outputs) or grep (lines matching pattern). `next` is the ref of the
-        next page, or null."""
         with refusals():
             page = await app.orch.read(ref, mode=mode, pattern=pattern, max_chars=max_chars)
             return answer({"ref": ref, "text": page.text, "next": page.next_ref}, text=page.text)

@@ -26,9 +26,15 @@ from workers.tools import TOOL_REGISTRY, Tool, ToolContext, ToolFailure, ToolInp
 from ..errors import ReadError, WorktreeError
 from ..isolation import merge_refs
 from ..jobs import MAX_TASK_ID_CHARS, MAX_TITLE_CHARS, TASK_ID_PATTERN, TITLE_HELP
-from .pages import DEFAULT_MAX_CHARS, read_page, split_offset
+from .pages import (
+    DEFAULT_MAX_CHARS,
+    READ_THREAD_DESCRIPTION,
+    REF_DESCRIPTION,
+    read_page,
+    split_offset,
+)
 
-_CITATION = re.compile(r"T-[0-9a-hjkmnp-tv-z]{4,26}(?:#[0-9]+(?:-[0-9]*)?)?")
+_CITATION = re.compile(r"T-(?:…|\.\.\.)?[0-9a-hjkmnp-tv-z]{4,26}(?:#[0-9]+(?:-[0-9]*)?)?")
 MAX_TASKS_PER_DISPATCH = 1000  # a job file may list many tasks; the lead gets them all at once
 
 
@@ -161,7 +167,7 @@ class DispatchTool(JobTool[DispatchInput]):
 
 
 class ReadThreadInput(ToolInput):
-    ref: str = Field(description="T-<id>, optionally with a range: T-<id>#7, #7-12 or #7-")
+    ref: str = Field(description=REF_DESCRIPTION)
     mode: Literal["messages", "overview", "tool_outputs", "grep"] = Field(
         "overview",
         description="overview: one line per message; messages: the messages; tool_outputs:"
@@ -177,10 +183,7 @@ class ReadThreadInput(ToolInput):
 
 class ReadThreadTool(Tool[ReadThreadInput]):
     name: ClassVar[str] = "read_thread"
-    description: ClassVar[str] = (
-        "Read a bounded page of any thread's transcript by ref. The page names the ref of the"
-        " next page."
-    )
+    description: ClassVar[str] = READ_THREAD_DESCRIPTION
     Input = ReadThreadInput
     replay_safe: ClassVar[bool] = True
 
