@@ -11,7 +11,7 @@ at import (no pydantic: blocks are told by their ``type``, JSON comes from their
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -71,9 +71,21 @@ def thread_json(info: AnyThread) -> dict[str, Any]:
     }
 
 
-def message_json(msg: AnyMessage, thread_id: str) -> dict[str, Any]:
+WholeText = Callable[[Any, Any], "str | None"]
+"""``whole(message, block)``: the whole text of a tool output stored apart (``show --raw``), or
+None to keep the block as stored (its preview)."""
+
+
+def message_json(
+    msg: AnyMessage, thread_id: str, *, whole: WholeText | None = None
+) -> dict[str, Any]:
     # the blocks as stored (``store.content_json``), from whichever read path built them
     content = [b.model_dump(mode="json", exclude_none=True) for b in msg.content]
+    if whole is not None:  # outputs stored apart, whole instead of their preview
+        for block, dumped in zip(msg.content, content, strict=True):
+            text = whole(msg, block) if getattr(block, "stored", None) is not None else None
+            if text is not None:
+                dumped["content"] = text
     out: dict[str, Any] = {"seq": msg.seq, "role": msg.role, "content": content}
     if msg.thread_id != thread_id:
         out["from"] = _ref(msg.thread_id)
@@ -146,8 +158,10 @@ class ThreadView:
         """The range shown, (first, last); None for the whole thread."""
         return None if self.start is None else (self.start, self.end or self.info.head_seq)
 
-    def to_json(self) -> dict[str, Any]:
-        """SPEC ``show --json`` (without ``messages`` when they were not asked for)."""
+    def to_json(self, *, whole: WholeText | None = None) -> dict[str, Any]:
+        """SPEC ``show --json`` (without ``messages`` when they were not asked for); with
+        ``whole``, each tool output stored apart carries its whole text (``show --raw``)
+        instead of its preview, its ``stored`` entry kept to say it was."""
         info, shown = self.info, self.shown
         data: dict[str, Any] = {
             **thread_json(info),
@@ -162,7 +176,7 @@ class ThreadView:
         if self.messages is None:
             del data["messages"]  # ``ls``'s count: one key, one meaning (here: the list)
         else:
-            data["messages"] = [message_json(m, info.id) for m in self.messages]
+            data["messages"] = [message_json(m, info.id, whole=whole) for m in self.messages]
         return data
 
 

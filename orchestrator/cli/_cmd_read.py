@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..views import LS_LIMIT
-from ._app import Output, command, run_command
+from ._app import Output, command, get_app, run_command
 from ._read_views import View, ls_view, search_view, show_view, tree_view
 
 if TYPE_CHECKING:
@@ -95,7 +95,8 @@ def show(ctx: click.Context, ref: str, tools: bool, raw: bool, redact: bool) -> 
     visibly (ESC as ^[) except with --raw, which writes the bytes as stored.
 
     --json prints {ref, kind, status, title, parent, forked_from: {ref, at} | null, result,
-    usage, messages: [{seq, role, content}]} with content blocks exactly as stored.
+    usage, messages: [{seq, role, content}]} with content blocks exactly as stored; with --raw
+    a tool output stored apart (over 1 MiB) carries its whole text, not its preview.
 
     The transcript is the record: it is shown as stored, secrets included, unless --redact
     masks the configured API keys and values that look like secrets (sk-ant-…, AKIA…, ghp_…,
@@ -110,7 +111,8 @@ def show(ctx: click.Context, ref: str, tools: bool, raw: bool, redact: bool) -> 
         from ._thread_text import WholeOutputs
 
         whole = await WholeOutputs.spool(store, view.messages or ()) if raw else None
-        return _output(show_view(view, mode=mode, redact=redact, whole=whole))
+        as_json = get_app(ctx).json
+        return _output(show_view(view, mode=mode, redact=redact, whole=whole, whole_json=as_json))
 
     run_command(ctx, go)
 

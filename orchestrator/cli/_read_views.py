@@ -88,10 +88,16 @@ def ls_view(rows: Sequence[dict[str, Any]], *, limit: int, more: bool) -> View:
 
 
 def show_view(
-    view: ThreadView, *, mode: Mode, redact: bool, whole: WholeOutputs | None = None
+    view: ThreadView,
+    *,
+    mode: Mode,
+    redact: bool,
+    whole: WholeOutputs | None = None,
+    whole_json: bool = False,
 ) -> View:
     """``whole``: the outputs stored apart, spooled for ``raw`` (the full path's only: the fast
-    path leaves ``--raw``)."""
+    path leaves ``--raw``); ``whole_json``: the ``--json`` document carries them whole too (read
+    into it only when it is the output)."""
     info = view.info
 
     def text(p: Printer) -> None:
@@ -100,7 +106,8 @@ def show_view(
             render_result(p, info.result)
         render_messages(p, info, view.messages or (), mode, before=view.before, whole=whole)
 
-    return View(view.to_json(), text, redact=redact, verbatim=mode == "raw")
+    data = view.to_json(whole=whole.text if whole is not None and whole_json else None)
+    return View(data, text, redact=redact, verbatim=mode == "raw")
 
 
 # ----------------------------------------------------------------- tree

@@ -75,6 +75,12 @@ class WholeOutputs:
             found[0].seek(0)
         return found
 
+    def text(self, msg: Any, block: Any) -> str | None:
+        """The whole output of ``block`` as one string (``show --json --raw``: the document
+        holds it), or None when it is not here."""
+        found = self.get(msg, block)
+        return None if found is None else found[0].read()
+
     def pieces(self, msg: Any, block: Any) -> Iterator[str] | None:
         """The whole output of ``block`` without its trailing newlines, in pieces; None when it
         is not here (an inline output: use ``block.text``)."""

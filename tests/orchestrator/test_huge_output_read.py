@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,6 +104,40 @@ def test_show_raw_prints_the_whole_output_for_the_thread_and_its_fork(sample: Sa
     brief = invoke("show", f"T-{sample.thread}#3", "--tools", db=sample.url)
     assert f"← bash · ok · {len(WHOLE):,} chars, stored apart" in brief.stdout
     assert "LAST-LINE" in brief.stdout
+
+
+def _cli(*args: str, db: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THREADLOOM_")}
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", "--db", db, *args],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        env=env,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_show_json_raw_gives_the_whole_output_as_show_raw_does(sample: Sample) -> None:
+    """``show --json --raw`` (issue 23 item 9), through the real command: the output stored
+    apart is whole in the document, its ``stored`` entry kept; without --raw, its preview."""
+    for ref in (f"T-{sample.thread}", f"T-{sample.fork}#3"):
+        res = _cli("--json", "show", ref, "--raw", db=sample.url)
+        assert res.returncode == 0, res.stderr
+        doc = json.loads(res.stdout)
+        (msg,) = [m for m in doc["messages"] if m["seq"] == 3]
+        block = msg["content"][0]
+        assert block["content"] == WHOLE
+        assert block["stored"]["chars"] == len(WHOLE)
+    preview = json.loads(_cli("--json", "show", f"T-{sample.thread}#3", db=sample.url).stdout)
+    block = preview["messages"][0]["content"][0]
+    assert block["stored"]["chars"] == len(WHOLE) and len(block["content"]) < INLINE_LIMIT
+    # --redact masks inside the whole output too, as the text does
+    masked = json.loads(
+        _cli("--json", "show", f"T-{sample.thread}#3", "--raw", "--redact", db=sample.url).stdout
+    )
+    assert masked["messages"][0]["content"][0]["content"] == redact(WHOLE)
 
 
 def test_export_jsonl_holds_the_whole_output_and_imports_back_into_the_same_transcript(
