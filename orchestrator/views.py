@@ -11,6 +11,7 @@ at import (no pydantic: blocks are told by their ``type``, JSON comes from their
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -119,6 +120,38 @@ def hit_json(hit: Any) -> dict[str, Any]:
         "role": hit.role,
         "snippet": hit.snippet,
     }
+
+
+# ----------------------------------------------------------------- tool outputs
+
+_EXIT_FOOTER = re.compile(r"\[exit code: (-?[0-9]+)[^\]\n]*\]\s*\Z")
+_TELLS = re.compile(
+    r"(?i)\b(?:error|errors|failed|failure|failures|fatal|panic|traceback|exception)\b"
+)
+
+
+def output_summary(text: str, *, is_error: bool) -> tuple[str, str]:
+    """How a tool output is summed up on one line: (state, the line that tells).
+
+    ``state`` is ``ok``, ``error`` (the tool failed: a timeout, a refused path), or ``exit N``
+    for a command that exited non-zero (``bash`` ends its output with ``[exit code: N]``): a
+    failed test run is not "ok". The line that tells: for a command that failed, its last line
+    when that one says so (``FAILED (errors=1)``, ``1 failed in 0.2s``), else its first line
+    that names an error, else its last; for one that succeeded, its last line (``OK``, ``Ran 12
+    tests``); for anything else, its first line. Blank lines and the exit footer never count."""
+    footer = _EXIT_FOOTER.search(text)
+    code = int(footer.group(1)) if footer else None
+    lines = [ln for ln in (text[: footer.start()] if footer else text).splitlines() if ln.strip()]
+    state = "error" if is_error else f"exit {code}" if code else "ok"
+    if not lines:
+        return state, ""
+    if code is None and not is_error:
+        return state, lines[0]
+    if code == 0:
+        return state, lines[-1]
+    if _TELLS.search(lines[-1]):
+        return state, lines[-1]
+    return state, next((ln for ln in lines if _TELLS.search(ln)), lines[-1])
 
 
 # ----------------------------------------------------------------- show

@@ -39,6 +39,7 @@ from store import (
 )
 
 from ..errors import ReadError
+from ..views import output_summary
 
 Mode = Literal["messages", "overview", "tool_outputs", "grep"]
 DEFAULT_MAX_CHARS = 12_000
@@ -99,13 +100,13 @@ def overview_line(msg: Message, thread_id: str) -> str:
             parts.append("→ " + _call(b, 120))
         elif isinstance(b, ToolResultBlock):
             text = b.text
-            status = "error" if b.is_error else "ok"
-            first = _one_line(text, 80)
+            # a failed command says "exit 1" and the line that tells, not "ok" and its first
+            status, telling = output_summary(text, is_error=b.is_error)
             if b.stored is not None:
                 size = f"{b.stored.chars:,} chars, stored apart"
             else:
                 size = f"{text.count(chr(10)) + 1} lines · {len(text):,} chars"
-            parts.append(f"← {status} · {size}: {first}")
+            parts.append(f"← {status} · {size}: {_one_line(telling, 80)}")
     return f"{format_ref(thread_id, msg.seq)} {msg.role}: " + " | ".join(parts)
 
 

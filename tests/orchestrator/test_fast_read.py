@@ -451,21 +451,33 @@ def test_importtime_of_ls_shows_no_sqlalchemy_pydantic_or_structlog(db: Db, tmp_
     assert not {m for m in imported if m.split(".")[0] in HEAVY}
 
 
-def test_a_missing_database_goes_the_full_way_and_is_created(tmp_path: Path) -> None:
+def test_a_missing_database_goes_the_full_way_is_not_created_and_is_named(
+    tmp_path: Path,
+) -> None:
+    """``ls`` where there is no database (issue 23 item 12): the full path says which file it
+    looked for and creates nothing; once a database exists (empty), both paths name it."""
     trace = tmp_path / "trace"
+    where = tmp_path / ".threadloom" / "threads.db"
     proc = _cli("ls", cwd=tmp_path, fast=True, trace=trace)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr == "no threads\n"
-    assert (tmp_path / ".threadloom" / "threads.db").is_file()
+    assert proc.stderr.startswith(f"no threads: no database at {where} (")
+    assert proc.stdout == ""
+    assert not (tmp_path / ".threadloom").exists()
     assert _trace_lines(trace)[0] == {
         "taken": False,
         "reason": "database",
         "heavy_modules": [],
         "argv": ["ls"],
     }
-    again = _cli("ls", cwd=tmp_path, fast=True, trace=trace)  # now at head: the fast path
-    assert (again.returncode, again.stderr) == (0, "no threads\n")
-    assert _trace_lines(trace)[1]["taken"] is True
+    as_json = _cli("--json", "ls", cwd=tmp_path, fast=True)
+    assert (as_json.returncode, as_json.stdout) == (0, "[]\n")
+    assert not (tmp_path / ".threadloom").exists()
+    made = _cli("migrate", cwd=tmp_path, fast=False)  # an empty database, where ls looks
+    assert made.returncode == 0, made.stderr
+    for fast in (True, False):
+        again = _cli("ls", cwd=tmp_path, fast=fast, trace=trace)
+        assert (again.returncode, again.stderr) == (0, f"no threads in {where}\n")
+        assert _trace_lines(trace)[-1]["taken"] is fast
 
 
 def test_a_database_behind_the_newest_schema_is_left_to_the_full_path(
