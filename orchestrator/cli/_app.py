@@ -359,8 +359,8 @@ _HELP = """Multi-task coding jobs on isolated, append-only agent threads.
 
 \b
 Refs: T-<id> names a thread; T-<id>#7 message 7; T-<id>#7-12 a range;
-T-<id>#7- message 7 to the end. A unique prefix of the id (4+ characters)
-works anywhere a ref does.
+T-<id>#7- message 7 to the end. A unique start of the id (4+ characters,
+T-01m9) or a unique end (T-…x2p4 or T-...x2p4) works anywhere a ref does.
 
 \b
 Exit codes: 0 ok · 1 ran but ended failed, interrupted, cancelled or over
@@ -384,7 +384,8 @@ Global options go before the command; --json may also follow it.
     envvar="THREADLOOM_DB",
     show_envvar=True,
     help="Database file or SQLAlchemy URL (postgresql+asyncpg://…). Default:"
-    " .threadloom/threads.db under the current directory, created on first use.",
+    " .threadloom/threads.db under the current directory, created by the first command that"
+    " writes (run, demo, import, migrate); reading commands never create it.",
 )
 @click.option(
     "--json",
