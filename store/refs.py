@@ -197,19 +197,11 @@ def shortest_refs(wanted: Iterable[str], every_id: Iterable[str]) -> dict[str, s
         shared = 0
         for j in (at - 1, at + 1 if at < len(ends) and ends[at] == rev else at):
             if 0 <= j < len(ends) and ends[j] != rev:
-                shared = max(shared, _shared_start(ends[j], rev))
+                # a string's prefix, which is what commonprefix compares (not paths)
+                shared = max(shared, len(os.path.commonprefix([ends[j], rev])))  # noqa: RUF071
         n = min(max(shared + 1, MIN_PREFIX), len(full))
         out[full] = format_ref(full) if n >= len(full) else f"T-…{full[-n:]}"
     return out
-
-
-def _shared_start(a: str, b: str) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def is_full_id(ident: str) -> bool:

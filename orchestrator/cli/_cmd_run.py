@@ -374,22 +374,11 @@ def resume(ctx: click.Context, ref: str, message: str | None, model: str | None)
     """Continue a thread with its whole history, after appending MESSAGE (if given); the ref
     stays the same. A lead's ref resumes the whole job: finished workers are reused and
     interrupted ones resumed. Without MESSAGE, a thread that ended cleanly has nothing to do."""
-    app = get_app(ctx)
-    if model:
-        _check_spec(model)
-    run_async(
-        ctx,
-        lambda: _orchestrate(
-            app, lambda orch: orch.resume(ref, message, model=model), _run_output(), refs=[ref]
-        ),
-    )
+    _on_thread(ctx, ref, model, lambda orch: orch.resume(ref, message, model=model), _run_output())
 
 
 def run_fork(ctx: click.Context, ref: str, message: str | None, model: str | None) -> None:
     """The running path of ``threadloom fork`` (``--no-run`` lives with the command)."""
-    app = get_app(ctx)
-    if model:
-        _check_spec(model)
 
     async def go(orch: Orchestrator) -> JobOutcome:
         from ..outcomes import JobOutcome
@@ -398,7 +387,22 @@ def run_fork(ctx: click.Context, ref: str, message: str | None, model: str | Non
         assert isinstance(out, JobOutcome)
         return out
 
-    run_async(ctx, lambda: _orchestrate(app, go, _run_output(), refs=[ref]))
+    _on_thread(ctx, ref, model, go, _run_output())
+
+
+def _on_thread(
+    ctx: click.Context,
+    ref: str,
+    model: str | None,
+    fn: Callable[[Orchestrator], Awaitable[Outcome]],
+    present: Callable[[Outcome, Store], Awaitable[Output]],
+) -> None:
+    """``resume``, ``fork`` and ``ask``: a run on a thread that exists (no database is made
+    for it), its ``--model`` spec checked before anything opens."""
+    if model:
+        _check_spec(model)
+    app = get_app(ctx)
+    run_async(ctx, lambda: _orchestrate(app, fn, present, refs=[ref]))
 
 
 @command("ask", short_help="Ask a question about a thread; the answer cites its messages.")
@@ -414,15 +418,7 @@ def ask(ctx: click.Context, ref: str, question: str, model: str | None) -> None:
 
     --json: {answer, citations: [ref], reader: ref, unresolved: [ref], status, usage}.
     """
-    app = get_app(ctx)
-    if model:
-        _check_spec(model)
-    run_async(
-        ctx,
-        lambda: _orchestrate(
-            app, lambda orch: orch.ask(ref, question, model=model), _ask_output, refs=[ref]
-        ),
-    )
+    _on_thread(ctx, ref, model, lambda orch: orch.ask(ref, question, model=model), _ask_output)
 
 
 def next_steps(outcome: JobOutcome) -> list[str]:
