@@ -13,15 +13,17 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .api import JobOutcome, Orchestrator, WorkerSummary
+    from .api import Orchestrator
     from .errors import JobFileError, ReadError
     from .jobs import JobSpec, TaskSpec, WorkerDefaults, load_job, parse_job
+    from .outcomes import AskOutcome, JobOutcome, WorkerSummary
     from .runtime.job import JobRuntime
     from .runtime.pages import Page, read_page
 
 _WHERE = {
+    "AskOutcome": ".outcomes",
     "JobFileError": ".errors",
-    "JobOutcome": ".api",
+    "JobOutcome": ".outcomes",
     "JobRuntime": ".runtime.job",
     "JobSpec": ".jobs",
     "Orchestrator": ".api",
@@ -29,13 +31,14 @@ _WHERE = {
     "ReadError": ".errors",
     "TaskSpec": ".jobs",
     "WorkerDefaults": ".jobs",
-    "WorkerSummary": ".api",
+    "WorkerSummary": ".outcomes",
     "load_job": ".jobs",
     "parse_job": ".jobs",
     "read_page": ".runtime.pages",
 }
 
 __all__ = [
+    "AskOutcome",
     "JobFileError",
     "JobOutcome",
     "JobRuntime",

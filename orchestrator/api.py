@@ -1,10 +1,11 @@
 """The Python API — what every front door (the CLI, the MCP server, the web viewer) uses.
 
 async with Orchestrator.open(".threadloom/threads.db") as orch:
-    outcome = await orch.run_job("job.toml")
+    outcome = await orch.run_job("job.toml")      # a JobOutcome (orchestrator.outcomes)
     page = await orch.read(outcome.workers[0].ref, mode="overview")
     again = await orch.resume(outcome.workers[0].ref, "Also cover the empty input case.")
     shown = await orch.show(outcome.ref)          # SPEC ``show --json``, as every front door
+    answer = await orch.ask(outcome.workers[0].ref, "Why did the first run fail?")
 
 Running (``run_job``, ``dispatch``, ``resume``, ``fork``) goes through ``orchestrator.runtime``;
 reading (``show``, ``tree``, ``stats``, ``list_threads``, ``search``, ``read``) answers in the SPEC
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,7 @@ from store import (
 
 from . import views
 from .errors import CliError
+from .outcomes import AskOutcome, JobOutcome, WorkerSummary
 from .runtime.pages import DEFAULT_MAX_CHARS
 
 if TYPE_CHECKING:
@@ -48,25 +50,6 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
-class WorkerSummary:
-    ref: str
-    task: str | None
-    status: str
-    summary: str
-    check: Check | None = None
-    """The worker's result check (SPEC "Checked results"), as stored with its result."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "ref": self.ref,
-            "task": self.task,
-            "status": self.status,
-            "summary": self.summary,
-            "check": None if self.check is None else self.check.model_dump(mode="json"),
-        }
-
-
-@dataclass(frozen=True, slots=True)
 class RunPlace:
     """Where a run of a thread works (``Orchestrator.run_place``): the directory its tools
     work in (and, without the sandbox, its bash may write beyond), and the sandbox of its
@@ -74,39 +57,6 @@ class RunPlace:
 
     workspace: Path
     sandbox: str
-
-
-@dataclass(frozen=True, slots=True)
-class JobOutcome:
-    """How a run (of a job, or of one resumed/forked thread) ended: SPEC's ``run`` JSON."""
-
-    job: str
-    lead: str
-    ref: str
-    status: Status
-    report: str
-    workers: list[WorkerSummary]
-    usage: Usage
-    error: str | None = None
-    exception: BaseException | None = field(default=None, compare=False)
-
-    @property
-    def provider_failed(self) -> bool:
-        from workers import ModelError
-
-        return isinstance(self.exception, ModelError)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "job": self.job,
-            "lead": self.lead,
-            "ref": self.ref,
-            "status": str(self.status),
-            "report": self.report,
-            "workers": [w.to_json() for w in self.workers],
-            "usage": self.usage.model_dump(),
-            "error": self.error,
-        }
 
 
 class Orchestrator:
@@ -297,6 +247,42 @@ class Orchestrator:
             return fork
         return await self._run_existing(fork)
 
+    async def ask(self, ref: str, question: str, *, model: str | None = None) -> AskOutcome:
+        """A reader thread with a fresh context reads ``ref``'s transcript (the thread, or the
+        range the ref names) and answers ``question`` with citations that are checked to
+        resolve — what the lead's ``ask_thread`` does (``runtime.lead_tools.ask``). The reader
+        hangs under the lead of ``ref``'s job and runs on ``model`` (default: the job's workers'
+        model), which is built before anything is stored: a bad spec or a missing key is
+        refused with nothing changed, as an empty question is."""
+        from .runtime.lead_tools import ask
+
+        if not question.strip():
+            raise CliError("the question is empty: say what you want to know about the thread")
+        resolved = await self.store.resolve(ref)
+        target = resolved.thread
+        job = await self._job_for(target)
+        spec = _canonical(model) if model is not None else job.worker_spec()
+        rt = self.runtime(job, target.job_id)
+        try:
+            rt.model(spec, worker=True)  # built now: refused before the reader is stored
+            got = await ask(
+                rt, target, question, model=spec, focus=resolved.ref if resolved.start else None
+            )
+        finally:
+            await rt.aclose()
+        outcome = got.outcome
+        return AskOutcome(
+            answer=got.answer,
+            citations=got.citations,
+            unresolved=got.unresolved,
+            reader=got.reader.ref,
+            job=format_ref(target.job_id),
+            status=outcome.status,
+            usage=outcome.usage,
+            error=outcome.error,
+            exception=outcome.exception,
+        )
+
     async def check_fork(
         self, ref: str, message: str | None = None, *, model: str | None = None
     ) -> ThreadInfo:
@@ -420,7 +406,9 @@ class Orchestrator:
 
     async def stats(self, ref: str | None = None) -> dict[str, Any]:
         """SPEC ``stats --json``. With ``ref``: every thread of the job around it and the job's
-        total; without: every thread that used tokens, one row per job, the total."""
+        total; without: every thread of each job that used tokens — those that used none
+        counted too, so a job has as many threads here as ``tree`` shows — one row per job,
+        the total."""
         if ref:
             focus = await self._thread(ref)
             infos = await self.store.job_tree(focus.job_id)
@@ -428,7 +416,8 @@ class Orchestrator:
         else:
             totals = {t.thread_id: t for t in await self.store.usage.totals()}
             threads = await self.store.list_threads(oldest_first=True)
-            infos = [t for t in threads if t.id in totals]
+            used = {t.job_id for t in threads if t.id in totals}
+            infos = [t for t in threads if t.job_id in used]
         leads: dict[str, ThreadInfo | None] = {t.id: t for t in infos if t.id == t.job_id}
         for job_id in {t.job_id for t in infos} - leads.keys():
             leads[job_id] = await self.store.get_thread(job_id)  # a lead that used no tokens
@@ -550,6 +539,9 @@ class Orchestrator:
 
     async def _run_existing(self, info: ThreadInfo, *, message: str | None = None) -> JobOutcome:
         job = await self._job_for(info)
+        # what this run uses is counted from here: a resumed or forked thread's earlier turns,
+        # and the rest of its job, were another run's
+        before = await self._usage_by_thread(info.job_id)
         rt = self.runtime(job, info.job_id)
         if info.id == info.job_id:
             rt.lead = info
@@ -560,9 +552,17 @@ class Orchestrator:
                 outcome = await rt.run_worker(info, message=message, refuse_held=True)
         finally:
             await rt.aclose()
-        return await self._outcome(rt, outcome)
+        return await self._outcome(rt, outcome, before=before)
 
-    async def _outcome(self, rt: JobRuntime, outcome: RunOutcome) -> JobOutcome:
+    async def _usage_by_thread(self, job_id: str) -> dict[str, Usage]:
+        return {t.thread_id: t.usage for t in await self.store.usage.totals(job_id=job_id)}
+
+    async def _outcome(
+        self, rt: JobRuntime, outcome: RunOutcome, *, before: dict[str, Usage] | None = None
+    ) -> JobOutcome:
+        """The run's SPEC shape. Its usage: the whole job's for a new job; with ``before`` (the
+        job's usage per thread when the run started), what the threads this run ran used since
+        — a fork's line counts the fork's run, not the job it belongs to."""
         workers = []
         for wid in rt.spawned:
             ended = rt.ended.get(wid)  # how this run ended it, as stored; else read it
@@ -582,7 +582,9 @@ class Orchestrator:
                 )
             )
         report = outcome.final_text
-        if not report and outcome.result is not None:
+        if not report and outcome.result is not None and outcome.status == Status.DONE:
+            # a worker's distilled summary; not the result a failed run was given from its
+            # error, which the run reports once, as its error
             report = outcome.result.summary
         if report:
             from .runtime.report_check import check_report
@@ -608,10 +610,26 @@ class Orchestrator:
             status=status,
             report=report,
             workers=workers,
-            usage=await self.store.usage.of_job(rt.lead_id),
+            usage=await self._run_usage(rt, before),
             error=error,
             exception=exception,
         )
+
+    async def _run_usage(self, rt: JobRuntime, before: dict[str, Usage] | None) -> Usage:
+        if before is None:
+            return await self.store.usage.of_job(rt.lead_id)
+        after = await self._usage_by_thread(rt.lead_id)
+        used = Usage()
+        for tid in rt.ran:
+            now, then = after.get(tid, Usage()), before.get(tid, Usage())
+            used = used + Usage(
+                input_tokens=now.input_tokens - then.input_tokens,
+                output_tokens=now.output_tokens - then.output_tokens,
+                cache_read_input_tokens=now.cache_read_input_tokens - then.cache_read_input_tokens,
+                cache_creation_input_tokens=now.cache_creation_input_tokens
+                - then.cache_creation_input_tokens,
+            )
+        return used
 
 
 def _canonical(model: str) -> str:

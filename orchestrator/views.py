@@ -11,7 +11,8 @@ at import (no pydantic: blocks are told by their ``type``, JSON comes from their
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -71,9 +72,21 @@ def thread_json(info: AnyThread) -> dict[str, Any]:
     }
 
 
-def message_json(msg: AnyMessage, thread_id: str) -> dict[str, Any]:
+WholeText = Callable[[Any, Any], "str | None"]
+"""``whole(message, block)``: the whole text of a tool output stored apart (``show --raw``), or
+None to keep the block as stored (its preview)."""
+
+
+def message_json(
+    msg: AnyMessage, thread_id: str, *, whole: WholeText | None = None
+) -> dict[str, Any]:
     # the blocks as stored (``store.content_json``), from whichever read path built them
     content = [b.model_dump(mode="json", exclude_none=True) for b in msg.content]
+    if whole is not None:  # outputs stored apart, whole instead of their preview
+        for block, dumped in zip(msg.content, content, strict=True):
+            text = whole(msg, block) if getattr(block, "stored", None) is not None else None
+            if text is not None:
+                dumped["content"] = text
     out: dict[str, Any] = {"seq": msg.seq, "role": msg.role, "content": content}
     if msg.thread_id != thread_id:
         out["from"] = _ref(msg.thread_id)
@@ -139,6 +152,38 @@ def hit_json(hit: Any) -> dict[str, Any]:
     }
 
 
+# ----------------------------------------------------------------- tool outputs
+
+_EXIT_FOOTER = re.compile(r"\[exit code: (-?[0-9]+)[^\]\n]*\]\s*\Z")
+_TELLS = re.compile(
+    r"(?i)\b(?:error|errors|failed|failure|failures|fatal|panic|traceback|exception)\b"
+)
+
+
+def output_summary(text: str, *, is_error: bool) -> tuple[str, str]:
+    """How a tool output is summed up on one line: (state, the line that tells).
+
+    ``state`` is ``ok``, ``error`` (the tool failed: a timeout, a refused path), or ``exit N``
+    for a command that exited non-zero (``bash`` ends its output with ``[exit code: N]``): a
+    failed test run is not "ok". The line that tells: for a command that failed, its last line
+    when that one says so (``FAILED (errors=1)``, ``1 failed in 0.2s``), else its first line
+    that names an error, else its last; for one that succeeded, its last line (``OK``, ``Ran 12
+    tests``); for anything else, its first line. Blank lines and the exit footer never count."""
+    footer = _EXIT_FOOTER.search(text)
+    code = int(footer.group(1)) if footer else None
+    lines = [ln for ln in (text[: footer.start()] if footer else text).splitlines() if ln.strip()]
+    state = "error" if is_error else f"exit {code}" if code else "ok"
+    if not lines:
+        return state, ""
+    if code is None and not is_error:
+        return state, lines[0]
+    if code == 0:
+        return state, lines[-1]
+    if _TELLS.search(lines[-1]):
+        return state, lines[-1]
+    return state, next((ln for ln in lines if _TELLS.search(ln)), lines[-1])
+
+
 # ----------------------------------------------------------------- show
 
 
@@ -176,8 +221,10 @@ class ThreadView:
         """The range shown, (first, last); None for the whole thread."""
         return None if self.start is None else (self.start, self.end or self.info.head_seq)
 
-    def to_json(self) -> dict[str, Any]:
-        """SPEC ``show --json`` (without ``messages`` when they were not asked for)."""
+    def to_json(self, *, whole: WholeText | None = None) -> dict[str, Any]:
+        """SPEC ``show --json`` (without ``messages`` when they were not asked for); with
+        ``whole``, each tool output stored apart carries its whole text (``show --raw``)
+        instead of its preview, its ``stored`` entry kept to say it was."""
         info, shown = self.info, self.shown
         data: dict[str, Any] = {
             **thread_json(info),
@@ -192,7 +239,7 @@ class ThreadView:
         if self.messages is None:
             del data["messages"]  # ``ls``'s count: one key, one meaning (here: the list)
         else:
-            data["messages"] = [message_json(m, info.id) for m in self.messages]
+            data["messages"] = [message_json(m, info.id, whole=whole) for m in self.messages]
         return data
 
 

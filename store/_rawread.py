@@ -53,7 +53,7 @@ from ._readsql import CHAIN_SQL, MESSAGES_SQL, THREAD_SELECT, fts5_rows, row_lim
 from ._schema import SCHEMA_HEAD
 from ._sqlite import BUSY_TIMEOUT_MS, SqliteTx
 from .errors import ThreadNotFound
-from .refs import ThreadRef, anchor_range, format_ref
+from .refs import ThreadRef, anchor_range, format_ref, shortest_refs
 
 KINDS = ("lead", "worker", "reader")
 STATUSES = ("idle", "queued", "running", "done", "failed", "interrupted", "cancelled")
@@ -183,10 +183,17 @@ def job_tree(conn: sqlite3.Connection, job_id: str) -> list[RawThread]:
 def resolve(conn: sqlite3.Connection, ref: str) -> tuple[RawThread, int | None, int | None]:
     """``Store.resolve``: (thread, start, end) — the same errors, word for word."""
     parsed = ThreadRef.parse(ref)
-    row = _readsql.thread_row(SqliteTx(conn), parsed.id)
+    row = _readsql.thread_row(SqliteTx(conn), parsed.id, suffix=parsed.suffix)
     info = as_seen(_thread(row))
     start, end = anchor_range(parsed, info.id, info.head_seq)
     return info, start, end
+
+
+def short_refs(conn: sqlite3.Connection, thread_ids: Sequence[str]) -> dict[str, str]:
+    """``Store.short_refs``: the shortest unique ref by its end of each id."""
+    if not thread_ids:
+        return {}
+    return shortest_refs(thread_ids, _readsql.every_id(SqliteTx(conn)))
 
 
 def job_of(conn: sqlite3.Connection, ref: str) -> RawThread:

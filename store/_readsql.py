@@ -65,9 +65,10 @@ THREAD_SELECT = f"SELECT {THREAD_COLUMNS} FROM threads"
 """A thread's row, in ``ThreadInfo``'s field order (``_threads.thread_from_row``)."""
 
 
-def thread_row(tx: Any, ident: str) -> Sequence[Any]:
+def thread_row(tx: Any, ident: str, *, suffix: bool = False) -> Sequence[Any]:
     """The ``THREAD_SELECT`` row of the thread ``ident`` names: a full id, or the one thread
-    whose id starts with it (``AmbiguousRef`` lists up to ten; ``ThreadNotFound``).
+    whose id starts with it — with ``suffix``, ends with it (a ref by its end, ``T-…x2p4``)
+    (``AmbiguousRef`` lists up to ten; ``ThreadNotFound``).
 
     A prefix is a half-open range ``[prefix, prefix_upper(prefix))`` compared byte by byte:
     SQLite compares our columns with BINARY (so its primary-key index still serves the range);
@@ -80,17 +81,31 @@ def thread_row(tx: Any, ident: str) -> Sequence[Any]:
             raise ThreadNotFound(f"no thread {format_ref(ident)}")
         return rows[0]
     col = 'id COLLATE "C"' if tx.postgres else "id"
-    rows = tx.fetchall(
-        f"{THREAD_SELECT} WHERE {col} >= :lo AND {col} < :hi ORDER BY id LIMIT 11",
-        {"lo": ident, "hi": prefix_upper(ident)},
-    )
+    if suffix:
+        # id characters only, so no LIKE wildcard to escape; no index serves an id's end: the
+        # threads table is scanned, one row a thread
+        shown = "T-…" + ident
+        rows = tx.fetchall(
+            f"{THREAD_SELECT} WHERE {col} LIKE :end ORDER BY id LIMIT 11", {"end": "%" + ident}
+        )
+    else:
+        shown = format_ref(ident)
+        rows = tx.fetchall(
+            f"{THREAD_SELECT} WHERE {col} >= :lo AND {col} < :hi ORDER BY id LIMIT 11",
+            {"lo": ident, "hi": prefix_upper(ident)},
+        )
     if not rows:
-        raise ThreadNotFound(f"no thread matches {format_ref(ident)}")
+        raise ThreadNotFound(f"no thread matches {shown}")
     if len(rows) > 1:
         cands = [format_ref(r[0]) for r in rows[:10]]
         more = " …" if len(rows) > 10 else ""
-        raise AmbiguousRef(f"{format_ref(ident)} is ambiguous: {', '.join(cands)}{more}", cands)
+        raise AmbiguousRef(f"{shown} is ambiguous: {', '.join(cands)}{more}", cands)
     return rows[0]
+
+
+def every_id(tx: Any) -> list[str]:
+    """Every thread's id (``refs.shortest_refs`` needs them all to know what is unique)."""
+    return [str(r[0]) for r in tx.fetchall("SELECT id FROM threads")]
 
 
 def revision(tx: Any) -> str | None:

@@ -25,7 +25,7 @@ from ._leases import Lease, Leases
 from ._ledger import Ledger
 from ._liveness import as_seen
 from ._outputs import OutputFile
-from ._readsql import row_limit, thread_row
+from ._readsql import every_id, row_limit, thread_row
 from ._sqlite import Tx, utcnow
 from ._writer import Writer
 from .errors import ThreadNotFound
@@ -40,7 +40,7 @@ from .models import (
     ToolResultBlock,
     UsageRecord,
 )
-from .refs import ResolvedRef, ThreadRef, anchor_range, format_ref, new_id
+from .refs import ResolvedRef, ThreadRef, anchor_range, format_ref, new_id, shortest_refs
 
 
 class Store:
@@ -226,18 +226,28 @@ class Store:
     # ----------------------------------------------------------------- refs and forks
 
     async def resolve(self, ref: str | ThreadRef) -> ResolvedRef:
-        """A ref or unique id prefix → its thread (and range). Ambiguous prefixes raise
-        ``AmbiguousRef`` listing the candidates; anchors past the end raise ``ThreadNotFound``."""
+        """A ref, a unique id prefix or a unique id end (``T-…x2p4``) → its thread (and range).
+        Ambiguous ones raise ``AmbiguousRef`` listing the candidates; anchors past the end raise
+        ``ThreadNotFound``."""
         parsed = ThreadRef.parse(ref) if isinstance(ref, str) else ref
         info = as_seen(
             await self.db.read(
-                lambda tx: _threads.thread_from_row(thread_row(tx, parsed.id)),
+                lambda tx: _threads.thread_from_row(thread_row(tx, parsed.id, suffix=parsed.suffix)),
                 where="resolving a ref",
                 inline=True,
             )
         )
         start, end = anchor_range(parsed, info.id, info.head_seq)
         return ResolvedRef(info, start, end)
+
+    async def short_refs(self, thread_ids: Iterable[str]) -> dict[str, str]:
+        """The shortest unique ref by its end of each thread id (``T-…x2p4``,
+        ``refs.shortest_refs``): what a table with no room for whole refs prints."""
+        wanted = list(thread_ids)
+        if not wanted:
+            return {}
+        ids = await self.db.read(every_id, where="listing thread ids")
+        return shortest_refs(wanted, ids)
 
     async def fork(
         self,

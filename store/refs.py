@@ -7,10 +7,12 @@ so sorting by id is sorting by creation time.
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,6 +26,7 @@ __all__ = [
     "ThreadRef",
     "format_ref",
     "new_id",
+    "shortest_refs",
 ]
 
 
@@ -35,6 +38,9 @@ _last: tuple[int, int] = (0, 0)
 ID_LENGTH = 26
 MIN_PREFIX = 4
 _ID_CHARS = re.compile(r"^[0-9a-hjkmnp-tv-z]+$")
+ELLIPSES = ("…", "...")
+"""What marks a ref by the end of its id: ``T-…x2p4`` or ``T-...x2p4`` (SPEC "Refs by their
+end"). Printed as the one character ``…``."""
 
 
 def _encode(value: int, length: int) -> str:
@@ -73,28 +79,37 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 class ThreadRef:
     """``T-<id>``, optionally with a message anchor: ``#7``, ``#7-12`` or ``#7-``.
 
-    ``id`` may be a prefix of a full id (at least 4 characters); the store resolves it.
-    ``start``/``end`` are 1-based and inclusive; ``end=None`` with ``open_end`` means "to the end".
+    ``id`` may be a prefix of a full id (at least 4 characters), or with ``suffix`` the end of
+    one (``T-…x2p4``, also spelt ``T-...x2p4``): the store resolves it. Sibling workers' ids
+    share their first characters (the same millisecond) and differ at the end, so the end is
+    what tells them apart. ``start``/``end`` are 1-based and inclusive; ``end=None`` with
+    ``open_end`` means "to the end".
     """
 
     id: str
     start: int | None = None
     end: int | None = None
     open_end: bool = False
+    suffix: bool = False
 
     @classmethod
     def parse(cls, text: str) -> ThreadRef:
         raw = text.strip()
         body = raw[2:] if raw[:2] in ("T-", "t-") else raw
+        mark = next((e for e in ELLIPSES if body.startswith(e)), "")
+        body = body[len(mark) :]
         ident, sep, anchor = body.partition("#")
         ident = ident.lower()
         if len(ident) < MIN_PREFIX or len(ident) > ID_LENGTH or not _ID_CHARS.match(ident):
             raise RefSyntaxError(
                 f"bad ref {_shown(text)}: expected T-<id> with at least {MIN_PREFIX} id characters"
-                " (0-9, a-z without i, l, o, u), optionally #N, #A-B or #A-"
+                " (0-9, a-z without i, l, o, u) from its start, or T-…<id> from its end,"
+                " optionally #N, #A-B or #A-"
             )
+        # the whole id given from its end is the whole id
+        suffix = bool(mark) and len(ident) < ID_LENGTH
         if not sep:
-            return cls(ident)
+            return cls(ident, suffix=suffix)
         # ASCII digits only: ``\d`` would take ``#٣`` (an Arabic-Indic three) for ``#3``
         m = re.fullmatch(r"([0-9]+)(?:(-)([0-9]+)?)?", anchor)
         if not m:
@@ -115,7 +130,7 @@ class ThreadRef:
             end, open_end = int(m.group(3)), False
         if start < 1 or (end is not None and end < start):
             raise RefSyntaxError(f"bad ref {_shown(text)}: message numbers start at 1 and A <= B")
-        return cls(ident, start, end, open_end)
+        return cls(ident, start, end, open_end, suffix)
 
     @property
     def has_anchor(self) -> bool:
@@ -124,13 +139,24 @@ class ThreadRef:
     @property
     def thread(self) -> ThreadRef:
         """The same ref without its anchor."""
-        return ThreadRef(self.id)
+        return ThreadRef(self.id, suffix=self.suffix)
 
     def with_id(self, full_id: str) -> ThreadRef:
         return ThreadRef(full_id, self.start, self.end, self.open_end)
 
+    def matches(self, full_id: str) -> bool:
+        """Whether this ref names the thread ``full_id`` (its id, its start or its end)."""
+        return full_id.endswith(self.id) if self.suffix else full_id.startswith(self.id)
+
+    @property
+    def shown_id(self) -> str:
+        """The id part as written in a ref: ``01m9…`` (a prefix, or the id) or ``…x2p4``."""
+        return ("…" + self.id) if self.suffix else self.id
+
     def __str__(self) -> str:
-        return format_ref(self.id, self.start, None if self.open_end else self.end, self.open_end)
+        return format_ref(
+            self.shown_id, self.start, None if self.open_end else self.end, self.open_end
+        )
 
 
 MAX_SEQ_DIGITS = 18
@@ -155,6 +181,27 @@ def format_ref(
     if end is None or end == start:
         return f"T-{thread_id}#{start}"
     return f"T-{thread_id}#{start}-{end}"
+
+
+def shortest_refs(wanted: Iterable[str], every_id: Iterable[str]) -> dict[str, str]:
+    """The shortest ref by its end (``T-…x2p4``, at least ``MIN_PREFIX`` characters) that names
+    each of ``wanted`` and no other of ``every_id`` (which holds them): what a table prints when
+    it has no room for a whole ref (SPEC "Refs by their end"). Ids sorted by their reversed text
+    put the ids sharing the longest end next to each other, so each needs one character more
+    than it shares with its neighbours."""
+    ends = sorted({i[::-1] for i in every_id})
+    out: dict[str, str] = {}
+    for full in wanted:
+        rev = full[::-1]
+        at = bisect.bisect_left(ends, rev)
+        shared = 0
+        for j in (at - 1, at + 1 if at < len(ends) and ends[at] == rev else at):
+            if 0 <= j < len(ends) and ends[j] != rev:
+                # a string's prefix, which is what commonprefix compares (not paths)
+                shared = max(shared, len(os.path.commonprefix([ends[j], rev])))  # noqa: RUF071
+        n = min(max(shared + 1, MIN_PREFIX), len(full))
+        out[full] = format_ref(full) if n >= len(full) else f"T-…{full[-n:]}"
+    return out
 
 
 def is_full_id(ident: str) -> bool:

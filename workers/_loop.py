@@ -62,7 +62,7 @@ from ._results import (
     SUBMIT_RESULT,
     submit_result_spec,
 )
-from .errors import ModelError
+from .errors import ModelError, ScriptError
 from .tools import SandboxSettings, Tool, ToolContext, ToolOutput
 
 log = structlog.get_logger("threadloom.loop")
@@ -110,7 +110,9 @@ class LoopEvent:
     ``tool`` event starts and a ``tool_done`` event ends (calls of one turn may overlap)."""
 
     thread_id: str
-    kind: str  # "started" | "turn" | "tool" | "tool_done" | "finished"
+    # "started" | "turn" | "tool" | "tool_done" | "finished"; and "queued", which a job's
+    # runtime sends for a worker that waits for a free slot
+    kind: str
     thread_kind: str = ""
     title: str = ""
     turn: int = 0
@@ -371,6 +373,11 @@ async def _drive(run: _Run) -> RunOutcome:
         return await _finish(
             run, Status.FAILED, error=f"model provider failed: {exc}", exception=exc
         )
+    except ScriptError as exc:
+        # the scripted model could not answer (no rule matches, an unknown task id): the
+        # model's failure, said in its own words — not a crash of ours with a traceback, and
+        # not raised on (every layer above would report it again)
+        return await _finish(run, Status.FAILED, error=str(exc), exception=exc)
     except asyncio.CancelledError:
         # one shielded cleanup, run to its end whatever else is cancelled meanwhile: a second
         # cancellation must not skip the terminal status (nor race the answers into the record)

@@ -92,7 +92,7 @@ def check_evidence(
                 continue
             last = ref.start if ref.end is None or ref.open_end else ref.end
             ok = ref.start is not None and any(
-                owner.startswith(ref.id) and last is not None and last <= bound
+                ref.matches(owner) and last is not None and last <= bound
                 for owner, bound in ancestry
             )
             if not ok or ref.start is None:

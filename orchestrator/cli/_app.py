@@ -132,13 +132,49 @@ def emit(app: AppContext, out: Output, *, stream: Any = None) -> None:
         raise CliError(f"cannot write the output: {err.strerror or err}", EXIT_FAILED) from err
 
 
-async def open_store(app: AppContext, *, migrate: bool = True) -> Store:
+def missing_database(app: AppContext) -> Path | None:
+    """The SQLite file ``--db`` names (``THREADLOOM_DB``, default ``.threadloom/threads.db``)
+    when it does not exist, absolute; None when it does, for a URL (PostgreSQL), and for a
+    ``--db`` whose directory does not exist either (opening it says so: a mistyped path)."""
+    url, default = app.database()
+    if "://" in url:
+        return None
+    path = Path(url).expanduser()
+    if path.exists() or not (default or path.parent.is_dir()):
+        return None
+    return path.absolute()
+
+
+def no_database(path: Path) -> str:
+    """What a reading command says when there is no database to read: which file it looked
+    for, and how one comes to be."""
+    return (
+        f"no database at {path} (threadloom demo or threadloom run creates it there;"
+        " --db or THREADLOOM_DB names another)"
+    )
+
+
+async def open_store(
+    app: AppContext, *, migrate: bool = True, create: bool = True, refs: Sequence[str] = ()
+) -> Store:
     """The store named by ``--db`` (``THREADLOOM_DB``, default ``.threadloom/threads.db``),
-    upgraded to the newest schema unless ``migrate=False``."""
+    upgraded to the newest schema unless ``migrate=False``. ``create=False`` (a command that
+    only reads, or needs a thread that exists): a SQLite file that does not exist is not
+    created — exit 3, naming the file it looked for, unless one of ``refs`` (the command's)
+    is bad syntax, which is said first (exit 2), as with a database."""
     from store import Store
 
     from ..logging import get_logger
 
+    missing = None if create else missing_database(app)
+    if missing is not None:
+        from store import ThreadRef
+
+        from ..errors import EXIT_NOT_FOUND, CliError
+
+        for ref in refs:
+            ThreadRef.parse(ref)
+        raise CliError(no_database(missing), EXIT_NOT_FOUND)
     url, create_dirs = app.database()
     store = await Store.open(url, create_dirs=create_dirs, migrate=migrate)
     get_logger(__name__).debug("database.opened", database=store.db.display)
@@ -159,19 +195,39 @@ def run_async(ctx: click.Context, fn: Callable[[], Awaitable[Output]]) -> None:
 
 
 def run_command(
-    ctx: click.Context, fn: Callable[[Store], Awaitable[Output]], *, migrate: bool = True
+    ctx: click.Context,
+    fn: Callable[[Store], Awaitable[Output]],
+    *,
+    migrate: bool = True,
+    create: bool = True,
+    refs: Sequence[str] = (),
 ) -> None:
-    """``run_async`` with the store opened before ``fn`` and closed after it."""
+    """``run_async`` with the store opened before ``fn`` and closed after it (``create``,
+    ``refs``: as ``open_store`` says)."""
     app = get_app(ctx)
 
     async def with_store() -> Output:
-        store = await open_store(app, migrate=migrate)
+        store = await open_store(app, migrate=migrate, create=create, refs=refs)
         try:
             return await fn(store)
         finally:
             await store.close()
 
     run_async(ctx, with_store)
+
+
+def nothing_to_read(ctx: click.Context, data: Any, what: str) -> bool:
+    """For a listing command (``ls``, ``search``, ``stats``) when its database does not exist:
+    says so on stderr, naming the file (``what``: what there is not, "no threads"), prints
+    ``data`` (the empty listing) under ``--json``, creates nothing, and returns True; False
+    when there is a database to read."""
+    app = get_app(ctx)
+    missing = missing_database(app)
+    if missing is None:
+        return False
+    sys.stderr.write(f"{what}: {no_database(missing)}\n")
+    emit(app, Output(data))
+    return True
 
 
 async def _awaited(fn: Callable[[], Awaitable[Output]]) -> Output:
@@ -303,8 +359,8 @@ _HELP = """Multi-task coding jobs on isolated, append-only agent threads.
 
 \b
 Refs: T-<id> names a thread; T-<id>#7 message 7; T-<id>#7-12 a range;
-T-<id>#7- message 7 to the end. A unique prefix of the id (4+ characters)
-works anywhere a ref does.
+T-<id>#7- message 7 to the end. A unique start of the id (4+ characters,
+T-01m9) or a unique end (T-…x2p4 or T-...x2p4) works anywhere a ref does.
 
 \b
 Exit codes: 0 ok · 1 ran but ended failed, interrupted, cancelled or over
@@ -330,7 +386,8 @@ Global options go before the command; --json may also follow it.
     default=lambda: env_var("THREADLOOM_DB"),
     show_envvar=True,
     help="Database file or SQLAlchemy URL (postgresql+asyncpg://…). Default:"
-    " .threadloom/threads.db under the current directory, created on first use.",
+    " .threadloom/threads.db under the current directory, created by the first command that"
+    " writes (run, demo, import, migrate); reading commands never create it.",
 )
 @click.option(
     "--json",

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import click
 
 from ..views import LS_LIMIT
-from ._app import Output, command, run_command
-from ._read_views import View, ls_view, search_view, show_view, tree_view
+from ._app import Output, command, get_app, nothing_to_read, run_command
+from ._read_views import View, ls_view, on_terminal, search_view, show_view, tree_view
 
 if TYPE_CHECKING:
     from store import Store
@@ -55,12 +55,21 @@ def ls(
     age, title. When more threads match than --limit, a note on stderr says so.
     """
 
+    if nothing_to_read(ctx, [], "no threads"):
+        return
+
     async def go(store: Store) -> Output:
         rows = await _api(store).list_threads(
             job=job, status=status, kind=kind, limit=limit + 1 if limit else None
         )
         more = bool(limit) and len(rows) > limit
-        return _output(ls_view(rows[:limit] if limit else rows, limit=limit, more=more))
+        shown = rows[:limit] if limit else rows
+        short = None
+        if on_terminal():
+            found = await store.short_refs([t["ref"].removeprefix("T-") for t in shown])
+            short = {f"T-{i}": ref for i, ref in found.items()}
+        view = ls_view(shown, limit=limit, more=more, database=store.db.display, short=short)
+        return _output(view)
 
     run_command(ctx, go)
 
@@ -95,7 +104,8 @@ def show(ctx: click.Context, ref: str, tools: bool, raw: bool, redact: bool) -> 
     visibly (ESC as ^[) except with --raw, which writes the bytes as stored.
 
     --json prints {ref, kind, status, title, parent, forked_from: {ref, at} | null, result,
-    usage, messages: [{seq, role, content}]} with content blocks exactly as stored.
+    usage, messages: [{seq, role, content}]} with content blocks exactly as stored; with --raw
+    a tool output stored apart (over 1 MiB) carries its whole text, not its preview.
 
     The transcript is the record: it is shown as stored, secrets included, unless --redact
     masks the configured API keys and values that look like secrets (sk-ant-…, AKIA…, ghp_…,
@@ -110,9 +120,10 @@ def show(ctx: click.Context, ref: str, tools: bool, raw: bool, redact: bool) -> 
         from ._thread_text import WholeOutputs
 
         whole = await WholeOutputs.spool(store, view.messages or ()) if raw else None
-        return _output(show_view(view, mode=mode, redact=redact, whole=whole))
+        as_json = get_app(ctx).json
+        return _output(show_view(view, mode=mode, redact=redact, whole=whole, whole_json=as_json))
 
-    run_command(ctx, go)
+    run_command(ctx, go, create=False, refs=[ref])
 
 
 # ----------------------------------------------------------------- tree
@@ -135,7 +146,7 @@ def tree(ctx: click.Context, ref: str) -> None:
     async def go(store: Store) -> Output:
         return _output(tree_view(await _api(store).tree(ref)))
 
-    run_command(ctx, go)
+    run_command(ctx, go, create=False, refs=[ref])
 
 
 # ----------------------------------------------------------------- search
@@ -161,6 +172,9 @@ def search(ctx: click.Context, query: str, job: str | None, limit: int) -> None:
         from ..errors import CliError
 
         raise CliError("search: the query is empty")
+
+    if nothing_to_read(ctx, [], f"no matches for {query!r}"):
+        return
 
     async def go(store: Store) -> Output:
         hits = await _api(store).search(query, job=job, limit=limit)

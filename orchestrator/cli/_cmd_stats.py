@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..humanize import count
-from ._app import Output, command, run_command
+from ._app import Output, command, nothing_to_read, run_command
+from ._read_views import on_terminal
 from ._render import Column, Printer, one_line, percent, usd
 
 if TYPE_CHECKING:
@@ -21,29 +22,42 @@ def stats(ctx: click.Context, ref: str | None) -> None:
     """Tokens and estimated cost per thread and per job, and the cache-read share of input.
 
     With REF: every thread of the job around REF, and the job's total. Without: one row per
-    job that used any tokens, and the total. The cache-read share is
+    job that used any tokens, counting every thread of it (as tree shows them, those that used
+    none too), and the total. The cache-read share is
     cache_read / (input + cache_read + cache_write); the cost is the estimate recorded with each
     model response (list prices; unknown and local models count $0).
 
     --json: {threads: [{ref, usage, cost_usd, …}], jobs: [{ref, usage, cost_usd, threads}],
-    total: {usage, cost_usd}} — threads lists every thread with usage (with REF: every thread
-    of the job).
+    total: {usage, cost_usd}} — threads lists every thread of those jobs (with REF: of the job).
     """
+    from ..views import stats_json
+
+    if not ref and nothing_to_read(ctx, stats_json([], {}, {}), "no usage recorded"):
+        return
 
     async def go(store: Store) -> Output:
         from ..api import Orchestrator
 
         data = await Orchestrator(store).stats(ref)
+        short = None
+        if on_terminal():  # a terminal too narrow for whole refs shows their short forms
+            listed = data["threads"] if ref else data["jobs"]
+            found = await store.short_refs([r["ref"].removeprefix("T-") for r in listed])
+            short = {f"T-{i}": s for i, s in found.items()}
 
         def text(p: Printer) -> None:
             if ref:
-                head = [Column("THREAD"), Column("KIND"), Column("TITLE", wrap=True)]
+                head = [Column("THREAD", ref=True), Column("KIND"), Column("TITLE", wrap=True)]
                 rows = [
                     [t["ref"], t["kind"], one_line(t["title"], 50), *_cells(t)]
                     for t in data["threads"]
                 ]
             else:
-                head = [Column("JOB"), Column("THREADS", "right"), Column("TITLE", wrap=True)]
+                head = [
+                    Column("JOB", ref=True),
+                    Column("THREADS", "right"),
+                    Column("TITLE", wrap=True),
+                ]
                 rows = [
                     [j["ref"], str(j["threads"]), one_line(j["title"], 50), *_cells(j)]
                     for j in data["jobs"]
@@ -53,11 +67,11 @@ def stats(ctx: click.Context, ref: str | None) -> None:
                 return
             label = "job total" if ref else "total"
             rows.append([label, "", "", *_cells(data["total"])])
-            p.table([*head, *_NUMBER_COLUMNS], rows)
+            p.table([*head, *_NUMBER_COLUMNS], rows, short=short)
 
         return Output(data, text)
 
-    run_command(ctx, go)
+    run_command(ctx, go, create=False, refs=[ref] if ref else ())
 
 
 _NUMBER_COLUMNS = [

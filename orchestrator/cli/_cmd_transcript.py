@@ -93,10 +93,10 @@ def export(ctx: click.Context, ref: str, fmt: str, redact: bool) -> None:
         # would hold a redacted text, or a JSON document, whole in memory)
         return Output(None, text, redact=False, verbatim=True)
 
-    _run_streamed(ctx, go)
+    _run_streamed(ctx, go, ref)
 
 
-def _run_streamed(ctx: click.Context, fn: Callable[[Store], Awaitable[Output]]) -> None:
+def _run_streamed(ctx: click.Context, fn: Callable[[Store], Awaitable[Output]], ref: str) -> None:
     """``run_command`` for a command that writes its ``--json`` document itself (the text
     function of its ``Output``): ``--json`` stays on for errors, off for ``emit``."""
     from ._app import get_app
@@ -110,7 +110,7 @@ def _run_streamed(ctx: click.Context, fn: Callable[[Store], Awaitable[Output]]) 
         return out
 
     try:
-        run_command(ctx, go)
+        run_command(ctx, go, create=False, refs=[ref])
     finally:
         app.json = as_json
 
@@ -221,4 +221,4 @@ def fork(
         added = f"; message #{info.head_seq} appended" if message else ""
         return Output(data, f"{info.ref}  fork of {src}#{at} ({info.status}{added})\n")
 
-    run_command(ctx, go)
+    run_command(ctx, go, create=False, refs=[ref])

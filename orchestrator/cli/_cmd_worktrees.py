@@ -36,7 +36,7 @@ def diff(ctx: click.Context, ref: str, stat: bool) -> None:
         data = await _api(store).diff(ref, stat=stat)
         return Output(data, data["diff"])
 
-    run_command(ctx, go)
+    run_command(ctx, go, create=False, refs=[ref])
 
 
 @command("merge", short_help="Merge workers' branches into a job branch; conflicts reported.")
@@ -71,7 +71,7 @@ def merge(ctx: click.Context, refs: tuple[str, ...], into: str | None) -> None:
             report, "\n".join(lines) + "\n", exit_code=EXIT_FAILED if report["conflicts"] else 0
         )
 
-    run_command(ctx, go)
+    run_command(ctx, go, create=False, refs=refs)
 
 
 @command("gc", short_help="Remove the worktrees of finished jobs (branches are kept).")
@@ -98,4 +98,4 @@ def gc(ctx: click.Context, job: str | None, branches: bool) -> None:
             lines.append("nothing to remove")
         return Output(report, "\n".join(lines) + "\n")
 
-    run_command(ctx, go)
+    run_command(ctx, go, create=False, refs=[job] if job else ())

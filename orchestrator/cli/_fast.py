@@ -193,7 +193,7 @@ def attempt(argv: Sequence[str], *, standalone: bool = False) -> int | None:
     from store.errors import StoreError
 
     try:
-        view = _view(conn, args)
+        view = _view(conn, args, path)
     except StoreError:  # a bad, unknown or ambiguous ref: reported as the full path does
         _trace(taken=True)
         raise
@@ -247,7 +247,7 @@ def _report(exc: BaseException, *, json_mode: bool) -> int:
     return code
 
 
-def _view(conn: sqlite3.Connection, args: Args) -> View:
+def _view(conn: sqlite3.Connection, args: Args, path: Path) -> View:
     """The command's ``View`` from the raw reader, through the shapes ``orchestrator.api``
     builds from the store (``orchestrator.views``) and the same text builders."""
     from store import _rawread as raw
@@ -268,8 +268,14 @@ def _view(conn: sqlite3.Connection, args: Args) -> View:
             limit=limit + 1 if limit else None,
         )
         more = bool(limit) and len(rows) > limit
-        shown = [shapes.thread_json(t) for t in (rows[:limit] if limit else rows)]
-        return views.ls_view(shown, limit=limit, more=more)
+        listed = rows[:limit] if limit else rows
+        shown = [shapes.thread_json(t) for t in listed]
+        found = raw.short_refs(conn, [t.id for t in listed]) if views.on_terminal() else None
+        short = {f"T-{i}": ref for i, ref in found.items()} if found is not None else None
+        # the store names a SQLite file by its resolved path (``Database.display``)
+        return views.ls_view(
+            shown, limit=limit, more=more, database=str(path.resolve()), short=short
+        )
     if args.command == "show":
         info, start, end = raw.resolve(conn, args.positional[0])
         first = start or 1

@@ -229,14 +229,21 @@ class Progress:
             row = self.rows[event.thread_id] = _Row(
                 format_ref(event.thread_id), event.thread_kind, event.title, started=now
             )
-            if event.kind == "started" and row.kind != "lead":
-                line = f"started  {row.ref}  {row.kind:<6} {row.title}"
+            if event.kind in ("started", "queued") and row.kind != "lead":
+                line = f"{event.kind:<8} {row.ref}  {row.kind:<6} {event.title or row.title}"
+        elif event.kind == "started" and row.status == "queued":
+            # its clock starts when it runs, not while it waited for a slot
+            row.started = now
+            line = f"started  {row.ref}  {row.kind:<6} {event.title or row.title}"
         elif event.kind == "started" and row.ended is not None:
             # run again in this process (the lead resumed it): keep what the earlier runs used
             row.base = (row.turns, row.tokens, row.cost)
             row.started, row.ended, row.detail = now, None, ""
         if event.title:
             row.title = event.title
+        if event.kind == "queued":
+            row.status = "queued"
+            return line
         if event.kind == "started":
             row.status, row.ended = "running", None
         base_turns, base_tokens, base_cost = row.base
@@ -255,10 +262,11 @@ class Progress:
             row.ended = now
             row.calls.clear()
             row.detail = event.detail
-            extra = f"  ({event.detail})" if event.detail else ""
+            # why it failed is said once, at the end (the run's error line, or the worker's
+            # line of the report), not here too
             line = (
                 f"{row.status:<8} {row.ref}  {row.kind:<6} {row.title}  turns={row.turns}"
-                f" tokens={row.tokens:,} {row.elapsed(now):.1f}s{extra}"
+                f" tokens={row.tokens:,} {row.elapsed(now):.1f}s"
             )
         return line
 
@@ -332,6 +340,7 @@ class Progress:
 
     def _cells(self, row: _Row, now: float) -> dict[str, tuple[str, str | None]]:
         running = row.status == "running" and row.ended is None
+        queued = row.status == "queued"
         style = STATUS_STYLES.get(row.status, "")
         if running:
             frames = SPINNER if self._unicode else ASCII_SPINNER
@@ -345,7 +354,10 @@ class Progress:
             activity: tuple[str, str | None] = (call.preview + more, None)
         elif running:
             activity = ("thinking…" if self._unicode else "thinking...", "dim")
-        elif row.status != "done" and row.detail:
+        elif queued:
+            activity = ("queued: waits for a free slot (max_parallel)", "dim")
+        elif row.status != "done" and row.detail and self._finished is None:
+            # while the job runs; the end says why once, below the view
             activity = (one_line(visible(redact(row.detail)), 300), style)
         else:
             activity = ("", None)
@@ -359,19 +371,28 @@ class Progress:
             "turns": (str(row.turns), dim),
             "tokens": (compact(row.tokens), dim),
             "cost": (usd(row.cost), dim),
-            "elapsed": (duration(row.elapsed(now)), None if running else "dim"),
+            "elapsed": ("" if queued else duration(row.elapsed(now)), None if running else "dim"),
         }
 
     def _summary(self, rows: list[_Row], now: float, hidden: int) -> str:
-        counts: dict[str, int] = {"running": 0, "done": 0, "failed": 0}
-        for row in rows:
+        """``lead running · workers: 2 running, 1 queued, 3 done | 40k tokens $0.02 1m05s``:
+        the lead's state on its own (it is no worker), the other threads counted by status —
+        queued ones too — then the tokens, cost and time of the whole run."""
+        others = [r for r in rows if r.kind != "lead"]
+        counts: dict[str, int] = {"running": 0, "queued": 0, "done": 0, "failed": 0}
+        for row in others:
             counts[row.status] = counts.get(row.status, 0) + 1
-        parts = [f"{n} {status}" for status, n in counts.items()]
+        parts = [f"{n} {status}" for status, n in counts.items() if n or status == "running"]
+        label = "workers" if all(r.kind == "worker" for r in others) else "threads"
+        text = f"{label}: " + ", ".join(parts)
+        leads = [r for r in rows if r.kind == "lead"]
+        if leads:
+            text = f"lead {leads[-1].status} · " + text
         tokens = sum(r.tokens for r in rows)
         cost = sum(r.cost for r in rows)
         began = self._began if self._began is not None else now
-        text = " · ".join(parts) + f"  |  {compact(tokens)} tokens  {usd(cost)}"
-        text += f"  {duration(now - began)}"
+        text += f" | {compact(tokens)} tokens {usd(cost)}"
+        text += f" {duration(now - began)}"
         if hidden:
             text += f"  ({hidden} finished not shown)"
         return text

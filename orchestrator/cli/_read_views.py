@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -41,6 +41,15 @@ class View:
     verbatim: bool = False
 
 
+def on_terminal() -> bool:
+    """Whether stdout is a terminal: only there may a table lack room for whole refs (and the
+    shortest unique forms are worth a read of every id)."""
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def note(text: str) -> None:
     """A line on stderr beside the output ("no threads", "(the 50 newest; …)")."""
     sys.stderr.write(text + "\n")
@@ -50,16 +59,25 @@ def note(text: str) -> None:
 # ----------------------------------------------------------------- ls
 
 
-def ls_view(rows: Sequence[dict[str, Any]], *, limit: int, more: bool) -> View:
-    """``rows``: SPEC ``ls`` rows (``views.thread_json``)."""
+def ls_view(
+    rows: Sequence[dict[str, Any]],
+    *,
+    limit: int,
+    more: bool,
+    database: str,
+    short: Mapping[str, str] | None = None,
+) -> View:
+    """``rows``: SPEC ``ls`` rows (``views.thread_json``); ``database``: the file (or URL) they
+    were read from, named when there are none; ``short``: each ref's shortest unique form, for
+    a terminal too narrow for whole refs (``Printer.table``)."""
 
     def text(p: Printer) -> None:
         if not rows:
-            note("no threads")
+            note(f"no threads in {database}")
             return
         p.table(
             [
-                Column("REF"),
+                Column("REF", ref=True),
                 Column("KIND"),
                 Column("STATUS"),
                 Column("MSGS", "right"),
@@ -77,6 +95,7 @@ def ls_view(rows: Sequence[dict[str, Any]], *, limit: int, more: bool) -> View:
                 ]
                 for t in rows
             ],
+            short=short,
         )
         if more:
             note(f"(the {limit} newest; --limit 0 lists all)")
@@ -88,10 +107,16 @@ def ls_view(rows: Sequence[dict[str, Any]], *, limit: int, more: bool) -> View:
 
 
 def show_view(
-    view: ThreadView, *, mode: Mode, redact: bool, whole: WholeOutputs | None = None
+    view: ThreadView,
+    *,
+    mode: Mode,
+    redact: bool,
+    whole: WholeOutputs | None = None,
+    whole_json: bool = False,
 ) -> View:
     """``whole``: the outputs stored apart, spooled for ``raw`` (the full path's only: the fast
-    path leaves ``--raw``)."""
+    path leaves ``--raw``); ``whole_json``: the ``--json`` document carries them whole too (read
+    into it only when it is the output)."""
     info = view.info
 
     def text(p: Printer) -> None:
@@ -100,7 +125,8 @@ def show_view(
             render_result(p, info.result)
         render_messages(p, info, view.messages or (), mode, before=view.before, whole=whole)
 
-    return View(view.to_json(), text, redact=redact, verbatim=mode == "raw")
+    data = view.to_json(whole=whole.text if whole is not None and whole_json else None)
+    return View(data, text, redact=redact, verbatim=mode == "raw")
 
 
 # ----------------------------------------------------------------- tree

@@ -19,7 +19,7 @@ import os
 import re
 import sys
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -33,6 +33,7 @@ class Column:
     header: str
     align: str = "left"  # "left" | "right"
     wrap: bool = False  # on a terminal: the one column that shrinks (and is cut with "…")
+    ref: bool = False  # holds whole refs: their short forms where the terminal has no room
 
 
 Cell = str | tuple[str, Style]
@@ -89,6 +90,13 @@ class Printer:
             )
         return self._console
 
+    @property
+    def columns(self) -> int:
+        """The terminal's width in columns."""
+        import shutil  # only on a terminal: shutil pulls in bz2 and lzma (~3 ms)
+
+        return shutil.get_terminal_size().columns
+
     def line(self, text: str = "", style: Style = None) -> None:
         self.parts([(text, style)])
 
@@ -116,24 +124,44 @@ class Printer:
         else:
             self.stream.write(text)
 
-    def table(self, columns: Sequence[Column], rows: Sequence[Sequence[Cell]]) -> None:
+    def table(
+        self,
+        columns: Sequence[Column],
+        rows: Sequence[Sequence[Cell]],
+        *,
+        short: Mapping[str, str] | None = None,
+    ) -> None:
         """Columns aligned, two spaces apart. On a terminal the ``wrap`` column is cut (with
-        "…") so that rows fit the window; elsewhere nothing is cut."""
+        "…") so that rows fit the window; when they still do not, the ``ref`` columns give
+        each ref's shortest unique form from ``short`` (``T-…x2p4``) instead of cutting it.
+        Elsewhere nothing is cut or shortened."""
         cells = [[(c, None) if isinstance(c, str) else c for c in row] for row in rows]
         if not self.verbatim:  # before measuring: "^[" is two columns wide
             cells = [[(visible(t), s) for t, s in row] for row in cells]
         header = [c.header for c in columns]
-        widths = [
-            max([cell_width(header[i])] + [cell_width(r[i][0]) for r in cells])
-            for i in range(len(columns))
-        ]
-        if self.styled:
-            import shutil  # only on a terminal: shutil pulls in bz2 and lzma (~3 ms)
 
-            excess = sum(widths) + 2 * (len(widths) - 1) - shutil.get_terminal_size().columns
-            for i, col in enumerate(columns):
-                if col.wrap and excess > 0:
-                    widths[i] = max(widths[i] - excess, min(widths[i], 12))
+        def fitted() -> list[int]:
+            widths = [
+                max([cell_width(header[i])] + [cell_width(r[i][0]) for r in cells])
+                for i in range(len(columns))
+            ]
+            if self.styled:
+                excess = sum(widths) + 2 * (len(widths) - 1) - self.columns
+                for i, col in enumerate(columns):
+                    if col.wrap and excess > 0:
+                        widths[i] = max(widths[i] - excess, min(widths[i], 12))
+            return widths
+
+        widths = fitted()
+        if self.styled and short and sum(widths) + 2 * (len(widths) - 1) > self.columns:
+            cells = [
+                [
+                    (short.get(t, t), s) if col.ref else (t, s)
+                    for col, (t, s) in zip(columns, r, strict=True)
+                ]
+                for r in cells
+            ]
+            widths = fitted()
         head_style = "bold" if self.styled else None
         for row in [[(h, head_style) for h in header], *cells]:
             parts: list[tuple[str, Style]] = []

@@ -22,8 +22,8 @@ from collections.abc import Iterator, Sequence
 from typing import IO, TYPE_CHECKING, Any, Literal
 
 from ..humanize import age, count, timestamp
-from ..views import cache_share, claim_lines
-from ._render import STATUS_STYLES, Printer, first_line, json_value, one_line, percent, plural, usd
+from ..views import cache_share, claim_lines, output_summary
+from ._render import STATUS_STYLES, Printer, json_value, one_line, percent, plural, usd
 
 if TYPE_CHECKING:
     from store import Message, Result, Store, ThreadInfo, Usage
@@ -74,6 +74,12 @@ class WholeOutputs:
         if found is not None:
             found[0].seek(0)
         return found
+
+    def text(self, msg: Any, block: Any) -> str | None:
+        """The whole output of ``block`` as one string (``show --json --raw``: the document
+        holds it), or None when it is not here."""
+        found = self.get(msg, block)
+        return None if found is None else found[0].read()
 
     def pieces(self, msg: Any, block: Any) -> Iterator[str] | None:
         """The whole output of ``block`` without its trailing newlines, in pieces; None when it
@@ -301,9 +307,16 @@ def _render_call(p: Printer, name: str, args: dict[str, Any], mode: Mode, ref: s
         _body(p, text, mode, ref, "input")
 
 
+def _state(b: Any) -> tuple[tuple[str, str], str]:
+    """The result's state as shown (``ok``, ``error``, ``exit 1``: a failed command is not
+    "ok"), styled, and the line that tells (``views.output_summary``)."""
+    state, line = output_summary(b.text, is_error=b.is_error)
+    return (state, "green" if state == "ok" else "red"), line
+
+
 def _render_output(p: Printer, name: str, b: Any, mode: Mode, ref: str) -> None:
     text: str = b.text
-    state = ("error", "red") if b.is_error else ("ok", "green")
+    state, telling = _state(b)
     size = f" · {plural(len(_lines(text)), 'line')} · {plural(len(text), 'char')}"
     stored = getattr(b, "stored", None)
     if stored is not None:  # the text is a preview: give the whole output's size
@@ -315,7 +328,7 @@ def _render_output(p: Printer, name: str, b: Any, mode: Mode, ref: str) -> None:
         (size, "dim"),
     ]
     if mode == "brief":
-        head = first_line(text, 100)
+        head = one_line(telling, 100)
         if head:
             parts.append((f" — {head}", None))
         p.parts(parts)
@@ -331,7 +344,7 @@ def _render_whole_output(
     """``raw`` of an output stored apart: its header line, then the whole text, streamed."""
     stored = b.stored
     lines = newlines + (0 if b.text.endswith("\n") else 1)
-    state = ("error", "red") if b.is_error else ("ok", "green")
+    state = _state(b)[0]
     size = f" · {plural(lines, 'line')} · {plural(stored.chars, 'char')}"
     p.parts([("← ", "magenta"), (f"{name} · ", None), state, (size, "dim")])
     for piece in pieces:

@@ -7,6 +7,7 @@ line here. Nothing is imported until the command is named (``ThreadloomGroup.get
 from __future__ import annotations
 
 COMMANDS: dict[str, str] = {
+    "ask": "orchestrator.cli._cmd_run:ask",
     "demo": "orchestrator.cli._cmd_run:demo",
     "diff": "orchestrator.cli._cmd_worktrees:diff",
     "export": "orchestrator.cli._cmd_transcript:export",

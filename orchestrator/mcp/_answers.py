@@ -62,10 +62,12 @@ STARTS_WORK = ToolAnnotations(read_only_hint=False, destructive_hint=False, open
 def tool(server: MCPServer[Any], **options: Any) -> Callable[[F], F]:
     """``server.tool`` with the function's docstring as its description, cleaned
     (``inspect.cleandoc``: no indentation) and joined into one paragraph: what a client's model
-    reads, not source code."""
+    reads, not source code. A ``description`` given is used instead (one text shared with the
+    lead's tool of the same name)."""
+    given = options.pop("description", None)
 
     def register(fn: F) -> F:
-        description = " ".join(inspect.cleandoc(fn.__doc__ or "").split())
+        description = given or " ".join(inspect.cleandoc(fn.__doc__ or "").split())
         server.tool(description=description, **options)(fn)
         return fn
 

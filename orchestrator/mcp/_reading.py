@@ -9,6 +9,7 @@ from mcp.types import CallToolResult
 from pydantic import Field
 
 from ..runtime import DEFAULT_MAX_CHARS
+from ..runtime.pages import READ_THREAD_DESCRIPTION, REF_DESCRIPTION
 from ._answers import MAX_PAGE_CHARS, READ_ONLY, Ref, answer, listing, short_titles, tool
 from ._refusals import refusals
 
@@ -21,15 +22,13 @@ Status = Literal["idle", "queued", "running", "done", "failed", "interrupted", "
 def register_reading(app: Threadloom) -> None:
     server = app.server
 
-    @tool(server, annotations=READ_ONLY)
+    @tool(
+        server,
+        annotations=READ_ONLY,
+        description=READ_THREAD_DESCRIPTION + " `next` is that ref, or null at the end.",
+    )
     async def read_thread(
-        ref: Annotated[
-            str,
-            Field(
-                description="T-<id>, a range (T-<id>#7, #7-12, #7-), or the `next` ref of an"
-                " earlier page"
-            ),
-        ],
+        ref: Annotated[str, Field(description=REF_DESCRIPTION)],
         mode: Annotated[
             Literal["messages", "overview", "tool_outputs", "grep"],
             Field(
@@ -44,9 +43,6 @@ def register_reading(app: Threadloom) -> None:
             int, Field(gt=0, le=MAX_PAGE_CHARS, description="Page size in characters")
         ] = DEFAULT_MAX_CHARS,
     ) -> CallToolResult:
-        """A bounded page of any thread's transcript: overview (one line a message), messages,
-        tool_outputs (raw outputs) or grep (lines matching pattern). `next` is the ref of the
-        next page, or null."""
         with refusals():
             page = await app.orch.read(ref, mode=mode, pattern=pattern, max_chars=max_chars)
             return answer({"ref": ref, "text": page.text, "next": page.next_ref}, text=page.text)

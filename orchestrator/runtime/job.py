@@ -20,7 +20,7 @@ from typing import Any
 
 import structlog
 
-from store import Check, Kind, LeaseHeld, Message, Result, Store, ThreadInfo, format_ref
+from store import Check, Kind, LeaseHeld, Message, Result, Status, Store, ThreadInfo, format_ref
 from workers import (
     SUBMIT_RESULT,
     BudgetExhausted,
@@ -109,6 +109,8 @@ class JobRuntime:
     tasks: dict[str, str | None] = field(default_factory=dict)
     """The task id of each thread in ``spawned``."""
     ended: dict[str, RunOutcome] = field(default_factory=dict)
+    ran: set[str] = field(default_factory=set)
+    """Every thread this runtime ran (or handed to its executor): what a run's usage counts."""
     model_factory: ModelFactory = make_model
     """Builds a ``Model`` from a spec and options, once per both and job run."""
     _models: dict[ModelKey, Model] = field(default_factory=dict)
@@ -243,6 +245,7 @@ class JobRuntime:
     ) -> RunOutcome:
         """Run (or continue) any thread of this job with the tools, model and limits its kind
         and stored task call for."""
+        self.ran.add(info.id)
         sandbox = self.sandbox()
         model = self.model_for(info, model_spec)
         tree: WorkerTree | None = None
@@ -329,6 +332,12 @@ class JobRuntime:
         becomes its terminal status; it never raises into its siblings — only cancellation
         propagates. ``refuse_held``: a thread another runner holds raises ``LeaseHeld`` (exit
         2, nothing appended) instead of being reported as this run's outcome."""
+        self.ran.add(info.id)
+        if self.on_event is not None and self.semaphore.locked():
+            # it waits for a slot: live progress shows it queued, not absent
+            self.on_event(
+                LoopEvent(info.id, "queued", thread_kind=str(info.kind), title=info.title or "")
+            )
         async with self.semaphore:
             try:
                 outcome = await self.executor.run(
@@ -343,8 +352,14 @@ class JobRuntime:
                 # the other runner owns the thread and its dispatch row now: report, don't touch
                 return await self.stored_outcome(info, f"{info.ref} is being run by another runner")
             except Exception as exc:
-                log.warning("worker.crashed", thread=info.ref, error=str(exc))
                 outcome = await self.stored_outcome(info, str(exc), exc)
+                # a run that stored its end logged the crash then, with its traceback: noted
+                # here (in the job log), not reported twice; one that never got that far is
+                # this layer's to report
+                recorded = outcome.status == Status.FAILED
+                (log.info if recorded else log.warning)(
+                    "worker.crashed", thread=info.ref, error=str(exc)
+                )
                 await self.store.dispatches.set_status(info.id, str(outcome.status))
             # (a run that ended marked its dispatch row in its last write: ``Store.finish``)
             self.ended[info.id] = outcome
@@ -391,7 +406,20 @@ class JobRuntime:
                 self.tasks[info.id] = (info.task or {}).get("id")
         return out
 
-    async def create_reader(self, target: ThreadInfo, question: str) -> ThreadInfo:
+    async def create_reader(
+        self,
+        target: ThreadInfo,
+        question: str,
+        *,
+        model: str | None = None,
+        focus: str | None = None,
+    ) -> ThreadInfo:
         return await threads.create_reader(
-            self.store, self.job, lead_id=self.lead_id, target=target, question=question
+            self.store,
+            self.job,
+            lead_id=self.lead_id,
+            target=target,
+            question=question,
+            model=model,
+            focus=focus,
         )

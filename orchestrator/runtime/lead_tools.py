@@ -14,6 +14,7 @@ import asyncio
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Literal, Protocol, TypeVar
 
 from pydantic import Field, field_validator
@@ -35,9 +36,15 @@ from ..jobs import (
     check_tools,
 )
 from ..views import claim_lines
-from .pages import DEFAULT_MAX_CHARS, read_page, split_offset
+from .pages import (
+    DEFAULT_MAX_CHARS,
+    READ_THREAD_DESCRIPTION,
+    REF_DESCRIPTION,
+    read_page,
+    split_offset,
+)
 
-_CITATION = re.compile(r"T-[0-9a-hjkmnp-tv-z]{4,26}(?:#[0-9]+(?:-[0-9]*)?)?")
+_CITATION = re.compile(r"T-(?:…|\.\.\.)?[0-9a-hjkmnp-tv-z]{4,26}(?:#[0-9]+(?:-[0-9]*)?)?")
 MAX_TASKS_PER_DISPATCH = 1000  # a job file may list many tasks; the lead gets them all at once
 
 
@@ -83,7 +90,14 @@ class Runtime(Protocol):
         self, *, tool_use_id: str, tasks: Sequence[dict[str, Any]]
     ) -> list[tuple[ThreadInfo, bool]]: ...
 
-    async def create_reader(self, target: ThreadInfo, question: str) -> ThreadInfo: ...
+    async def create_reader(
+        self,
+        target: ThreadInfo,
+        question: str,
+        *,
+        model: str | None = None,
+        focus: str | None = None,
+    ) -> ThreadInfo: ...
 
     async def run(
         self, info: ThreadInfo, *, model_spec: str | None = None, message: str | None = None
@@ -189,7 +203,7 @@ class DispatchTool(JobTool[DispatchInput]):
 
 
 class ReadThreadInput(ToolInput):
-    ref: str = Field(description="T-<id>, optionally with a range: T-<id>#7, #7-12 or #7-")
+    ref: str = Field(description=REF_DESCRIPTION)
     mode: Literal["messages", "overview", "tool_outputs", "grep"] = Field(
         "overview",
         description="overview: one line per message; messages: the messages; tool_outputs:"
@@ -205,10 +219,7 @@ class ReadThreadInput(ToolInput):
 
 class ReadThreadTool(Tool[ReadThreadInput]):
     name: ClassVar[str] = "read_thread"
-    description: ClassVar[str] = (
-        "Read a bounded page of any thread's transcript by ref. The page names the ref of the"
-        " next page."
-    )
+    description: ClassVar[str] = READ_THREAD_DESCRIPTION
     Input = ReadThreadInput
     replay_safe: ClassVar[bool] = True
 
@@ -253,22 +264,54 @@ class AskThreadTool(JobTool[AskThreadInput]):
             target = (await self.rt.store.resolve(args.ref)).thread
         except RefError as err:
             raise ToolFailure(str(err)) from None
-        reader = await self.rt.create_reader(target, args.question)
-        outcome = await self.rt.run(reader)
-        if outcome.status != Status.DONE:
+        got = await ask(self.rt, target, args.question)
+        if got.outcome.status != Status.DONE:
             raise ToolFailure(
-                f"the reader {reader.ref} ended {outcome.status}: {outcome.error or 'no answer'}"
+                f"the reader {got.reader.ref} ended {got.outcome.status}:"
+                f" {got.outcome.error or 'no answer'}"
             )
-        answer, kept, dropped = await check_citations(self.rt.store, outcome.final_text)
-        lines = [answer, "", f"(reader thread: {reader.ref})"]
-        if kept:
-            lines.append("citations checked: " + ", ".join(kept))
-        if dropped:
+        lines = [got.answer, "", f"(reader thread: {got.reader.ref})"]
+        if got.citations:
+            lines.append("citations checked: " + ", ".join(got.citations))
+        if got.unresolved:
             lines.append(
-                f"{len(dropped)} citation(s) did not resolve and are marked [not found]: "
-                + ", ".join(dropped)
+                f"{len(got.unresolved)} citation(s) did not resolve and are marked [not found]: "
+                + ", ".join(got.unresolved)
             )
         return ToolOutput("\n".join(lines))
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A reader's answer about a thread (SPEC ``ask_thread`` and ``ask``): its text with the
+    citations that do not resolve marked ``[not found]`` in place, the ones that resolve
+    (``citations``) and the ones that do not (``unresolved``); empty when the reader did not
+    end ``done`` (``outcome`` says how it ended)."""
+
+    reader: ThreadInfo
+    outcome: RunOutcome
+    answer: str = ""
+    citations: list[str] = field(default_factory=list)
+    unresolved: list[str] = field(default_factory=list)
+
+
+async def ask(
+    rt: Runtime,
+    target: ThreadInfo,
+    question: str,
+    *,
+    model: str | None = None,
+    focus: str | None = None,
+) -> Answer:
+    """Run a reader on ``target``'s transcript (or ``focus``, a range of it) to answer
+    ``question`` — the one implementation of the lead's ``ask_thread`` and the command line's
+    ``ask`` — and check its citations."""
+    reader = await rt.create_reader(target, question, model=model, focus=focus)
+    outcome = await rt.run(reader)
+    if outcome.status != Status.DONE:
+        return Answer(reader, outcome)
+    text, kept, dropped = await check_citations(rt.store, outcome.final_text)
+    return Answer(reader, outcome, text, kept, dropped)
 
 
 NOT_FOUND_MARK = " [not found]"

@@ -4,11 +4,14 @@ A page never exceeds ``max_chars``; it names the range it shows and the ref of t
 the reader walks a long transcript in steps whose size it chooses, and its context only grows by
 what it asked for.
 
-A message larger than a page (in ``messages`` and ``tool_outputs`` modes: one with a tool output
-stored apart, ``ToolResultBlock.stored``) is paged through itself, its whole outputs read from
-the store a page at a time: the next-page ref then carries a character offset into that
-message's text, ``T-<id>#7-@120000`` (the range as asked, then ``@`` and the offset). ``overview``
-and ``grep`` see such an output's inline preview (its head and tail).
+A message larger than a page — in any mode: a 50,000-character tool output under the 20,000
+an MCP page holds, or one with an output stored apart (``ToolResultBlock.stored``, whose whole
+text is read from the store only where the page falls) — is paged through itself: the next-page
+ref then carries a character offset into that message's text as the mode renders it,
+``T-<id>#7-@20000`` (the range as asked, then ``@`` and the offset). Every page that stops
+before the end of its range names the ref that reads on; none says "read it with a larger
+max_chars". ``overview`` and ``grep`` see an output stored apart by its inline preview (its head
+and tail).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from store import (
 )
 
 from ..errors import ReadError
+from ..views import output_summary
 
 Mode = Literal["messages", "overview", "tool_outputs", "grep"]
 DEFAULT_MAX_CHARS = 12_000
@@ -45,6 +49,24 @@ _GREP_LINE_CHARS = 300
 GREP_BUDGET_S = 2.0
 """How long one page's grep may spend matching. A pattern comes from a model or a client, and
 one that backtracks catastrophically (``(a|aa)+$``) would otherwise match for ever."""
+_FRAME = 300
+"""Room a page keeps for its header (with a note) and footer: the body holds max_chars - 300."""
+
+REF_DESCRIPTION = (
+    "T-<id> (or a unique start of the id, T-01m9…, or a unique end, T-…x2p4), optionally with a"
+    " range: T-<id>#7, #7-12 or #7- (message 7 to the end). To read on, pass the `next` ref a"
+    " page names: a message longer than a page is read on from a character offset,"
+    " T-<id>#7-@20000 (message 7 from its character 20,000, then the rest of the range)."
+)
+"""What ``read_thread``'s ``ref`` takes: the lead's tool and MCP's say the same."""
+
+READ_THREAD_DESCRIPTION = (
+    "A bounded page of any thread's transcript by ref: overview (one line a message), messages,"
+    " tool_outputs (the raw outputs) or grep (lines matching pattern, a regular expression)."
+    " Every page that stops before the end of its range names the ref of the next page"
+    " (`next page: T-…`; a message longer than a page continues as T-<id>#7-@20000, from that"
+    " character): read it with that ref, in the same mode, until the page says (end of range)."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,13 +100,13 @@ def overview_line(msg: Message, thread_id: str) -> str:
             parts.append("→ " + _call(b, 120))
         elif isinstance(b, ToolResultBlock):
             text = b.text
-            status = "error" if b.is_error else "ok"
-            first = _one_line(text, 80)
+            # a failed command says "exit 1" and the line that tells, not "ok" and its first
+            status, telling = output_summary(text, is_error=b.is_error)
             if b.stored is not None:
                 size = f"{b.stored.chars:,} chars, stored apart"
             else:
                 size = f"{text.count(chr(10)) + 1} lines · {len(text):,} chars"
-            parts.append(f"← {status} · {size}: {first}")
+            parts.append(f"← {status} · {size}: {_one_line(telling, 80)}")
     return f"{format_ref(thread_id, msg.seq)} {msg.role}: " + " | ".join(parts)
 
 
@@ -104,24 +126,14 @@ def _block_text(b: ContentBlock) -> str:
     return f"← {'error' if b.is_error else 'result'}:\n{b.text}"
 
 
-def _tool_outputs_text(msg: Message, thread_id: str) -> str | None:
-    results = [b for b in msg.content if isinstance(b, ToolResultBlock)]
-    if not results:
-        return None
-    chunks = [f"--- {format_ref(thread_id, msg.seq)} tool outputs"]
-    for r in results:
-        chunks.append(f"[{r.tool_use_id}{' error' if r.is_error else ''}]\n{r.text}")
-    return "\n".join(chunks)
-
-
 Part = str | ToolResultBlock
 """A piece of a message's text: literal, or the whole output of a block stored apart."""
 
 
 def _parts(msg: Message, thread_id: str, mode: Mode) -> list[Part] | None:
-    """``message_text`` (mode ``messages``) or ``_tool_outputs_text`` (``tool_outputs``) of
-    ``msg`` with each output stored apart left as its block; None when the mode shows nothing
-    of the message."""
+    """The text of ``msg`` in mode ``messages`` (``message_text``) or ``tool_outputs`` (its
+    outputs, each under its tool_use_id), with each output stored apart left as its block; None
+    when the mode shows nothing of the message."""
     if mode == "tool_outputs":
         results = [b for b in msg.content if isinstance(b, ToolResultBlock)]
         if not results:
@@ -164,10 +176,6 @@ async def _slice(store: Store, msg: Message, parts: Sequence[Part], start: int, 
     return "".join(out)
 
 
-def _has_stored(msg: Message) -> bool:
-    return any(isinstance(b, ToolResultBlock) and b.stored is not None for b in msg.content)
-
-
 def _grep_lines(
     msg: Message, thread_id: str, pattern: regex.Pattern[str], deadline: float
 ) -> list[str]:
@@ -186,6 +194,39 @@ def _grep_lines(
     return lines
 
 
+def _compile(mode: Mode, pattern: str | None) -> regex.Pattern[str] | None:
+    if mode != "grep":
+        return None
+    if not pattern:
+        raise ReadError("mode 'grep' needs a pattern")
+    try:
+        return regex.compile(pattern)
+    except regex.error as err:
+        raise ReadError(f"bad pattern {pattern!r}: {err}") from None
+
+
+def _rendered(
+    msg: Message, thread_id: str, mode: Mode, rx: regex.Pattern[str] | None, deadline: float
+) -> list[Part] | None:
+    """``msg`` as ``mode`` shows it: its parts (each output stored apart left as its block, in
+    ``messages`` and ``tool_outputs``), or None when the mode shows nothing of it."""
+    if mode in ("messages", "tool_outputs"):
+        return _parts(msg, thread_id, mode)
+    if mode == "overview":
+        return [overview_line(msg, thread_id)]
+    assert rx is not None
+    lines = _grep_lines(msg, thread_id, rx, deadline)
+    return ["\n".join(lines)] if lines else None
+
+
+def _larger_than_a_page(parts: Sequence[Part] | None, max_chars: int) -> bool:
+    if parts is None:
+        return False
+    if any(not isinstance(p, str) for p in parts):
+        return True  # an output stored apart: paged through on its own, however long
+    return sum(_part_len(p) for p in parts) > max_chars - _FRAME
+
+
 def paginate(
     thread_id: str,
     msgs: Sequence[Message],
@@ -198,46 +239,25 @@ def paginate(
     note: str = "",
 ) -> Page:
     """Render ``msgs`` (consecutive, from the requested start) in ``mode`` within ``max_chars``;
-    ``note`` (at most a line) goes after the header."""
+    ``note`` (at most a line) goes after the header. The first message fits the page
+    (``read_page`` pages one larger than a page through itself); the page stops before the
+    first that does not fit, and names it as the next."""
     if not msgs:
         return Page(f"{format_ref(thread_id)} has {total} messages; nothing in that range.", None)
-    rx: regex.Pattern[str] | None = None
-    if mode == "grep":
-        if not pattern:
-            raise ReadError("mode 'grep' needs a pattern")
-        try:
-            rx = regex.compile(pattern)
-        except regex.error as err:
-            raise ReadError(f"bad pattern {pattern!r}: {err}") from None
+    rx = _compile(mode, pattern)
     deadline = time.monotonic() + GREP_BUDGET_S  # the grep's: matching starts now
     first = msgs[0].seq
-    budget = max_chars - 200  # room for the header and footer lines
+    budget = max_chars - _FRAME
     body: list[str] = []
     used = 0
     last_done = first - 1
     for msg in msgs:
-        if mode == "overview":
-            pieces = [overview_line(msg, thread_id)]
-        elif mode == "messages":
-            pieces = [message_text(msg, thread_id)]
-        elif mode == "tool_outputs":
-            text = _tool_outputs_text(msg, thread_id)
-            pieces = [text] if text else []
-        else:
-            assert rx is not None
-            pieces = _grep_lines(msg, thread_id, rx, deadline)
-        if body and mode in ("messages", "tool_outputs") and _has_stored(msg):
-            break  # paged through on its own, from the next page (``read_page``)
-        chunk = "\n".join(pieces)
+        parts = _rendered(msg, thread_id, mode, rx, deadline)
+        if msg.seq != first and _larger_than_a_page(parts, max_chars):
+            break  # paged through on its own, from the next page
+        chunk = "".join(p for p in parts or () if isinstance(p, str))
         cost = len(chunk) + 1 if chunk else 0
-        if used + cost > budget:
-            if not body:  # one message larger than the page: show its head, then move on
-                keep = max(budget - 120, 0)
-                body.append(
-                    chunk[:keep] + f"\n[… {len(chunk) - keep:,} more characters of"
-                    f" {format_ref(thread_id, msg.seq)}; read it with a larger max_chars]"
-                )
-                last_done = msg.seq
+        if msg.seq != first and used + cost > budget:
             break
         if chunk:
             body.append(chunk)
@@ -269,7 +289,7 @@ def split_offset(ref: str) -> tuple[str, int]:
     if "#" not in base or not tail.isascii() or not tail.isdigit() or len(tail) > 18:
         raise ReadError(
             f"bad ref {ref[:80]!r}: after '@' comes a character offset into the ref's first"
-            " message (T-…#7@120000)"
+            " message (T-…#7-@120000)"
         )
     return base, int(tail)
 
@@ -288,8 +308,6 @@ async def read_page(
         raise ReadError(f"unknown mode {mode!r}: use messages, overview, tool_outputs or grep")
     asked_ref = ref
     ref, offset = split_offset(ref)
-    if offset and mode not in ("messages", "tool_outputs"):
-        raise ReadError(f"a character offset ({asked_ref[:80]!r}) pages messages or tool_outputs")
     asked = int(max_chars)
     max_chars = max(MIN_MAX_CHARS, min(asked, MAX_MAX_CHARS))
     note = (
@@ -298,6 +316,7 @@ async def read_page(
         if asked != max_chars
         else ""
     )
+    rx = _compile(mode, pattern)
     resolved = await store.resolve(ref)
     info = resolved.thread
     start = resolved.start or 1
@@ -305,9 +324,20 @@ async def read_page(
     # one page comes from a bounded window of messages, whatever the thread's length
     window = {"overview": max(20, max_chars // 40), "grep": 500}.get(mode, 50)
     msgs = await store.messages(info.id, start=start, end=min(range_end, start + window - 1))
-    if msgs and mode in ("messages", "tool_outputs") and (offset or _has_stored(msgs[0])):
-        parts = _parts(msgs[0], info.id, mode)
-        if parts is not None:
+    if msgs:
+        # the first message as the mode renders it: a message larger than a page is paged
+        # through itself. A grep (here, and over up to 500 messages below) runs in a thread,
+        # so that the event loop (a job's other threads, an MCP server's calls) never waits
+        render = functools.partial(
+            _rendered, msgs[0], info.id, mode, rx, time.monotonic() + GREP_BUDGET_S
+        )
+        parts = await asyncio.to_thread(render) if mode == "grep" else render()
+        if offset and parts is None:
+            raise ReadError(
+                f"{asked_ref[:80]!r}: {mode} shows nothing of {format_ref(info.id, start)}"
+                " to read on from"
+            )
+        if parts is not None and (offset or _larger_than_a_page(parts, max_chars)):
             return await _page_in_message(
                 store, info.id, msgs[0], parts, offset, max_chars, info.head_seq, resolved, note
             )
@@ -322,8 +352,6 @@ async def read_page(
         pattern=pattern,
         note=note,
     )
-    # up to 500 messages matched against a pattern: in a thread, so that the event loop (a
-    # job's other threads, an MCP server's other calls) never waits for it
     return await asyncio.to_thread(page) if mode == "grep" else page()
 
 
@@ -342,7 +370,7 @@ async def _page_in_message(
     apart read only where the page falls."""
     size = sum(_part_len(p) for p in parts)
     offset = min(offset, size)
-    budget = max(max_chars - 300, 100)  # room for the header and footer lines
+    budget = max_chars - _FRAME
     body = await _slice(store, msg, parts, offset, budget)
     end = offset + len(body)
     range_end = total if resolved.end is None else resolved.end

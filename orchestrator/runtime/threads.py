@@ -151,11 +151,19 @@ async def spawn_workers(
 
 
 async def create_reader(
-    store: Store, job: JobSpec, *, lead_id: str, target: ThreadInfo, question: str
+    store: Store,
+    job: JobSpec,
+    *,
+    lead_id: str,
+    target: ThreadInfo,
+    question: str,
+    model: str | None = None,
+    focus: str | None = None,
 ) -> ThreadInfo:
     """A reader thread of the job: a fresh context that answers ``question`` about ``target``
-    (SPEC ``ask_thread``), on the workers' model."""
-    spec = job.worker_spec()
+    (SPEC ``ask_thread``, ``ask``), on ``model`` (default: the workers' model). ``focus``: the
+    ref to read, when the question is about a range of the thread (``T-…#3-9``)."""
+    spec = model or job.worker_spec()
     return await store.create_thread(
         kind=Kind.READER,
         title=f"reads {target.ref}: {question[:60]}",
@@ -165,7 +173,7 @@ async def create_reader(
         tools=list(READER_TOOLS),
         model=spec,
         status=Status.QUEUED,
-        messages=[NewMessage.user(f"Thread to read: {target.ref}\nQuestion: {question}")],
+        messages=[NewMessage.user(f"Thread to read: {focus or target.ref}\nQuestion: {question}")],
     )
 
 

@@ -54,7 +54,7 @@ def ref_url(text: str) -> str | None:
         parsed = ThreadRef.parse(text)
     except Exception:  # a result's evidence is free text the worker wrote: not always a ref
         return None
-    ref = f"T-{parsed.id}"
+    ref = str(parsed.thread)  # ``T-…x2p4`` stays a ref by its end, which the page resolves
     return message_url(ref, parsed.start) if parsed.start else thread_url(ref)
 
 

@@ -249,7 +249,9 @@ def test_search_lists_hits_as_refs_with_snippets(sample: Sample) -> None:
 def test_stats_sums_tokens_cost_and_cache_share_per_thread_and_job(sample: Sample) -> None:
     doc = json_out(invoke("--json", "stats", db=sample.path))
     by_ref = {t["ref"]: t for t in doc["threads"]}
-    assert set(by_ref) == {sample.ref("lead"), sample.ref("worker")}  # threads that used tokens
+    # every thread of each job that used tokens, as tree shows them: the fork used none
+    assert set(by_ref) == {sample.ref(n) for n in ("lead", "worker", "fork")}
+    assert by_ref[sample.ref("fork")]["usage"]["input_tokens"] == 0
     assert by_ref[sample.ref("lead")]["usage"]["cache_read_input_tokens"] == 3000
     assert by_ref[sample.ref("lead")]["cost_usd"] == pytest.approx(0.02)
     assert by_ref[sample.ref("lead")]["cache_read_share"] == pytest.approx(3000 / 5000)
@@ -260,7 +262,7 @@ def test_stats_sums_tokens_cost_and_cache_share_per_thread_and_job(sample: Sampl
         "cache_creation_input_tokens": 1000,
     }
     assert doc["total"]["cost_usd"] == pytest.approx(0.021)
-    assert [(j["ref"], j["threads"]) for j in doc["jobs"]] == [(sample.ref("lead"), 2)]
+    assert [(j["ref"], j["threads"]) for j in doc["jobs"]] == [(sample.ref("lead"), 3)]
 
     job = json_out(invoke("--json", "stats", sample.ref("fork"), db=sample.path))
     assert {t["ref"] for t in job["threads"]} == {sample.ref(n) for n in ("lead", "worker", "fork")}
@@ -281,7 +283,7 @@ def test_stats_sums_tokens_cost_and_cache_share_per_thread_and_job(sample: Sampl
     ]
     summary = invoke("stats", db=sample.path).stdout.splitlines()
     assert summary[0].split()[:3] == ["JOB", "THREADS", "TITLE"]
-    assert summary[1].split()[:4] == [sample.ref("lead"), "2", "fix-parser", "1,500"]
+    assert summary[1].split()[:4] == [sample.ref("lead"), "3", "fix-parser", "1,500"]
 
 
 # ----------------------------------------------------------------- migrate and --db

@@ -128,6 +128,16 @@ async def _add_running_threads(db: Path, lead: str) -> tuple[str, str]:
         await store.close()
 
 
+async def _add_twin(db: Path, worker: str) -> None:
+    """A thread whose id ends as the worker's does (its last 6 characters): a ref by that end
+    is ambiguous, one character more is not."""
+    store = await Store.open(str(db))
+    try:
+        await store.create_thread(kind="worker", title="twin", thread_id="0" * 20 + worker[-6:])
+    finally:
+        await store.close()
+
+
 def _age_threads(db: Path, days: int) -> None:
     """Move every thread's creation back ``days`` days, so ages ("2w") do not tick between
     the two runs of a command."""
@@ -172,6 +182,7 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Db:
     )  # fmt: skip
     assert imported.returncode == 0, imported.stderr
     dead, live = asyncio.run(_add_running_threads(path, lead.removeprefix("T-")))
+    asyncio.run(_add_twin(path, worker.removeprefix("T-")))
     _age_threads(path, days=20)
     return Db(
         path=path,
@@ -251,6 +262,18 @@ def _matrix(d: Db) -> list[tuple[str, ...]]:
         ("search", "x", "--job", "T-zzzz"),
         ("show", f"{worker}#99"),
         ("show", f"{worker}#2-99"),
+        # refs by their end (SPEC "Refs by their end"): T-…SUFFIX, T-...SUFFIX, with anchors
+        ("show", f"T-…{d.worker[-7:]}"),
+        ("show", f"T-...{d.worker[-8:]}#3-5", "--tools"),
+        ("--json", "show", f"T-…{d.fork[-8:]}#2-"),
+        ("tree", f"T-…{d.lead[-8:]}"),
+        ("ls", "--job", f"T-...{d.worker[-8:]}"),
+        ("search", "tokenizer", "--job", f"T-…{d.fork[-8:]}"),
+        ("show", f"T-…{d.worker[-6:]}"),  # the twin's end too: ambiguous
+        ("--json", "show", f"T-…{d.worker[-6:]}#2"),
+        ("show", "T-…zzzzzzzz"),
+        ("show", "T-…zzz"),
+        ("show", f"T-…{d.worker[-8:]}#99"),
     ]
 
 
@@ -337,6 +360,11 @@ def test_every_command_of_the_matrix_prints_the_same_bytes_on_both_paths(
     assert by_args[("show", "T-zzzzzzzz")][0] == 3
     ambiguous = by_args[("show", db.ref("lead")[:6])]
     assert ambiguous[0] == 3 and "is ambiguous: T-" in ambiguous[2]
+    by_end = by_args[("show", f"T-…{db.worker[-7:]}")]
+    assert by_end[0] == 0 and by_end[1].startswith(db.ref("worker") + "  worker")
+    twins = by_args[("show", f"T-…{db.worker[-6:]}")]
+    assert twins[0] == 3 and db.ref("worker") in twins[2] and "T-" + "0" * 20 in twins[2]
+    assert by_args[("show", "T-…zzz")][0] == 2
     interrupted = json.loads(by_args[("--json", "ls", "--status", "interrupted")][1])
     assert [r["ref"] for r in interrupted] == [db.ref("dead")]
     assert json.loads(by_args[("--json", "show", db.ref("live"))][1])["status"] == "running"
@@ -423,21 +451,33 @@ def test_importtime_of_ls_shows_no_sqlalchemy_pydantic_or_structlog(db: Db, tmp_
     assert not {m for m in imported if m.split(".")[0] in HEAVY}
 
 
-def test_a_missing_database_goes_the_full_way_and_is_created(tmp_path: Path) -> None:
+def test_a_missing_database_goes_the_full_way_is_not_created_and_is_named(
+    tmp_path: Path,
+) -> None:
+    """``ls`` where there is no database (issue 23 item 12): the full path says which file it
+    looked for and creates nothing; once a database exists (empty), both paths name it."""
     trace = tmp_path / "trace"
+    where = tmp_path / ".threadloom" / "threads.db"
     proc = _cli("ls", cwd=tmp_path, fast=True, trace=trace)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr == "no threads\n"
-    assert (tmp_path / ".threadloom" / "threads.db").is_file()
+    assert proc.stderr.startswith(f"no threads: no database at {where} (")
+    assert proc.stdout == ""
+    assert not (tmp_path / ".threadloom").exists()
     assert _trace_lines(trace)[0] == {
         "taken": False,
         "reason": "database",
         "heavy_modules": [],
         "argv": ["ls"],
     }
-    again = _cli("ls", cwd=tmp_path, fast=True, trace=trace)  # now at head: the fast path
-    assert (again.returncode, again.stderr) == (0, "no threads\n")
-    assert _trace_lines(trace)[1]["taken"] is True
+    as_json = _cli("--json", "ls", cwd=tmp_path, fast=True)
+    assert (as_json.returncode, as_json.stdout) == (0, "[]\n")
+    assert not (tmp_path / ".threadloom").exists()
+    made = _cli("migrate", cwd=tmp_path, fast=False)  # an empty database, where ls looks
+    assert made.returncode == 0, made.stderr
+    for fast in (True, False):
+        again = _cli("ls", cwd=tmp_path, fast=fast, trace=trace)
+        assert (again.returncode, again.stderr) == (0, f"no threads in {where}\n")
+        assert _trace_lines(trace)[-1]["taken"] is fast
 
 
 def test_a_database_behind_the_newest_schema_is_left_to_the_full_path(

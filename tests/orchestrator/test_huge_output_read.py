@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +106,40 @@ def test_show_raw_prints_the_whole_output_for_the_thread_and_its_fork(sample: Sa
     assert "LAST-LINE" in brief.stdout
 
 
+def _cli(*args: str, db: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THREADLOOM_")}
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", "--db", db, *args],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        env=env,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_show_json_raw_gives_the_whole_output_as_show_raw_does(sample: Sample) -> None:
+    """``show --json --raw`` (issue 23 item 9), through the real command: the output stored
+    apart is whole in the document, its ``stored`` entry kept; without --raw, its preview."""
+    for ref in (f"T-{sample.thread}", f"T-{sample.fork}#3"):
+        res = _cli("--json", "show", ref, "--raw", db=sample.url)
+        assert res.returncode == 0, res.stderr
+        doc = json.loads(res.stdout)
+        (msg,) = [m for m in doc["messages"] if m["seq"] == 3]
+        block = msg["content"][0]
+        assert block["content"] == WHOLE
+        assert block["stored"]["chars"] == len(WHOLE)
+    preview = json.loads(_cli("--json", "show", f"T-{sample.thread}#3", db=sample.url).stdout)
+    block = preview["messages"][0]["content"][0]
+    assert block["stored"]["chars"] == len(WHOLE) and len(block["content"]) < INLINE_LIMIT
+    # --redact masks inside the whole output too, as the text does
+    masked = json.loads(
+        _cli("--json", "show", f"T-{sample.thread}#3", "--raw", "--redact", db=sample.url).stdout
+    )
+    assert masked["messages"][0]["content"][0]["content"] == redact(WHOLE)
+
+
 def test_export_jsonl_holds_the_whole_output_and_imports_back_into_the_same_transcript(
     sample: Sample, tmp_path: Path
 ) -> None:
@@ -188,8 +225,10 @@ async def test_a_bad_character_offset_is_a_read_error_naming_the_ref(sample: Sam
         ):
             with pytest.raises(ReadError, match=needle):
                 await read_page(store, ref, mode="tool_outputs")
-        with pytest.raises(ReadError, match="pages messages or tool_outputs"):
-            await read_page(store, f"T-{sample.thread}#3@5", mode="grep", pattern="x")
+        # an offset reads on in any mode, into what that mode shows of the message: where it
+        # shows nothing, there is nothing to read on from
+        with pytest.raises(ReadError, match=r"grep shows nothing of T-.*#3 to read on from"):
+            await read_page(store, f"T-{sample.thread}#3@5", mode="grep", pattern="zqzqzq")
     finally:
         await store.close()
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from orchestrator.api import JobOutcome, WorkerSummary
-from orchestrator.cli._cmd_run import _next_steps, render
+from orchestrator.cli._cmd_run import demo_steps, next_steps, render
 from orchestrator.cli._progress import Progress, tool_preview
 from orchestrator.cli._render import Printer, cell_width
+from orchestrator.outcomes import JobOutcome, WorkerSummary
 from store import Kind, NewMessage, Status, Store, Usage, format_ref, new_id
 from workers import LoopEvent, ModelRequest, ModelResponse, build_tools, run_thread
 from workers.providers import FunctionModel, tool_response
@@ -173,7 +173,8 @@ def test_cost_shows_per_thread_and_in_the_summary() -> None:
     assert "$0.0123" in line_of(wide, format_ref(worker))
     assert " $0 " in line_of(wide, format_ref(lead)) + " "  # scripted and unpriced: $0
     narrow = frames(drive(80, Clock(), job_events(lead, worker, done)))[-1]
-    assert "1 running" not in narrow[-1] and "2 running · 1 done · 0 failed" in narrow[-1]
+    # the lead is no worker: it is told apart, not counted among the running workers
+    assert "lead running · workers: 1 running, 1 done |" in narrow[-1], narrow[-1]
     assert "$0.0123" in narrow[-1] and "7.2k tokens" in narrow[-1]
 
 
@@ -339,25 +340,53 @@ def test_on_a_narrow_terminal_the_done_line_breaks_before_the_tokens(
         assert all(cell_width(line) <= int(columns) for line in lines), lines
 
 
-def test_the_fork_hint_names_a_worker_that_finished_and_none_when_all_failed() -> None:
-    def steps(*workers: WorkerSummary) -> list[str]:
-        return _next_steps(
-            JobOutcome(
-                job="T-lead",
-                lead="T-lead",
-                ref="T-lead",
-                status=Status.DONE,
-                report="",
-                workers=list(workers),
-                usage=Usage(),
-            )
-        )
+def _outcome(*workers: WorkerSummary, status: Status = Status.DONE) -> JobOutcome:
+    return JobOutcome(
+        job="T-lead",
+        lead="T-lead",
+        ref="T-lead",
+        status=status,
+        report="",
+        workers=list(workers),
+        usage=Usage(),
+    )
 
-    failed = WorkerSummary("T-w1", "a", "failed", "model provider failed")
-    done = WorkerSummary("T-w2", "b", "done", "fixed")
-    mixed = steps(failed, done)
-    assert '  threadloom fork T-w2#3 "Try a different fix"' in mixed
-    assert "  threadloom show T-w2 --tools" in mixed and not any("T-w1" in s for s in mixed)
-    only_failed = steps(failed)
-    assert not any("fork" in s for s in only_failed)
-    assert '  threadloom resume T-w1 "Also add a regression test"' in only_failed
+
+def test_the_hints_fit_how_the_job_ended_and_are_never_the_demos() -> None:
+    failed = WorkerSummary("T-w1", "tokenizer", "failed", "model provider failed")
+    done = WorkerSummary("T-w2", "parser", "done", "fixed")
+    stopped = WorkerSummary("T-w3", "evaluator", "interrupted", "interrupted")
+    for steps in (
+        next_steps(_outcome(failed, done)),
+        next_steps(_outcome(failed, status=Status.FAILED)),
+        next_steps(_outcome(done)),
+    ):
+        joined = "\n".join(steps)
+        assert "regression test" not in joined and "Try a different fix" not in joined
+        assert "threadloom tree T-lead" in joined
+    # a worker that failed: look at why, then resume it with a message of the user's own
+    mixed = next_steps(_outcome(failed, done))
+    assert any(
+        s.startswith("  threadloom show T-w1 --tools ") and "why tokenizer ended failed" in s
+        for s in mixed
+    )
+    assert any(s.startswith('  threadloom resume T-w1 "<what to try next>"') for s in mixed)
+    assert not any("fork" in s for s in mixed)
+    # all done: look into one, ask about it
+    fine = next_steps(_outcome(done))
+    assert any(s.startswith('  threadloom ask T-w2 "<your question>"') for s in fine)
+    assert not any("resume" in s for s in fine)
+    # a job stopped before its end runs on from its lead; a stopped worker without a message
+    halted = next_steps(_outcome(done, stopped, status=Status.INTERRUPTED))
+    assert any(s.startswith("  threadloom resume T-lead ") for s in halted)
+    assert any(s.startswith("  threadloom resume T-w3 ") and '"' not in s for s in halted)
+
+
+def test_the_demos_hints_are_its_walkthrough_only_when_it_ended_as_it_should() -> None:
+    tokenizer = WorkerSummary("T-w1", "tokenizer", "done", "fixed")
+    steps = demo_steps(_outcome(tokenizer))
+    assert '  threadloom fork T-w1#5 "Try fixing it in the parser instead"' in steps
+    assert '  threadloom resume T-w1 "Also add a regression test"' in steps
+    assert "  threadloom tree T-lead" in steps
+    failed = WorkerSummary("T-w1", "tokenizer", "failed", "no rule matches")
+    assert demo_steps(_outcome(failed, status=Status.FAILED)) == []

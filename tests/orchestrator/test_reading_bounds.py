@@ -84,3 +84,11 @@ async def test_a_grep_pattern_that_backtracks_for_ever_is_an_error_and_the_loop_
     # a pattern that matches in time still answers
     page = await read_page(store, info.ref, mode="grep", pattern="a+b$")
     assert f"{info.ref}#1:" in page.text
+
+
+async def test_citations_by_the_end_of_the_id_are_checked_too(store: Store) -> None:
+    ref = await _thread(store, 4)
+    end = "T-…" + ref[-8:]
+    marked, kept, dropped = await check_citations(store, f"see {end}#2 and {end}#9.")
+    assert kept == [f"{end}#2"] and dropped == [f"{end}#9"]
+    assert marked == f"see {end}#2 and {end}#9 [not found]."

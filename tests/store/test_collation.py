@@ -68,3 +68,18 @@ async def test_prefixes_resolve_on_an_icu_collated_database(icu_store: Store) ->
     for missing in ("T-0abd", "T-zzz1", "T-1111", "T-0abcdefghjkmnpqrstvwxyz013"):
         with pytest.raises(ThreadNotFound):
             await icu_store.resolve(missing)
+
+
+async def test_ends_resolve_on_an_icu_collated_database(icu_store: Store) -> None:
+    for tid in IDS:
+        await icu_store.create_thread(kind="lead", thread_id=tid, messages=[user("hi")])
+    assert (await icu_store.resolve("T-…z012")).thread.id == IDS[0]
+    assert (await icu_store.resolve("T-...0000#1")).thread.id == IDS[3]
+    with pytest.raises(AmbiguousRef) as amb:
+        await icu_store.resolve("T-…zzzz")
+    assert amb.value.candidates == [f"T-{IDS[2]}", f"T-{IDS[4]}"]
+    with pytest.raises(ThreadNotFound):
+        await icu_store.resolve("T-…z013")
+    short = await icu_store.short_refs(IDS)
+    for tid, ref in short.items():
+        assert (await icu_store.resolve(ref)).thread.id == tid

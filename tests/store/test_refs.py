@@ -115,3 +115,73 @@ async def test_an_anchor_into_an_empty_thread_is_thread_not_found(store: Store) 
 async def test_message_reads_one_message_by_seq(store: Store) -> None:
     t = await store.create_thread(kind="worker", messages=[user("a"), user("b")])
     assert (await store.message(t.id, 2)).text == "b"
+
+
+# ----------------------------------------------------------------- refs by their end
+
+# siblings created in one millisecond: the same start, told apart only by their last characters
+TWINS = [SHARED + "0" * 10 + end for end in ("x2p4", "x2p5", "y2p4")]
+
+
+async def test_a_ref_by_its_end_resolves_with_either_ellipsis_and_any_anchor(
+    store: Store,
+) -> None:
+    for tid in TWINS:
+        await store.create_thread(kind="worker", thread_id=tid, messages=conversation(2))
+    for text, (tid, start, end) in {
+        "T-…x2p5": (TWINS[1], None, None),
+        "T-...x2p5": (TWINS[1], None, None),
+        "t-…X2P5": (TWINS[1], None, None),
+        "…y2p4#3": (TWINS[2], 3, 3),
+        "T-…0x2p4#2-4": (TWINS[0], 2, 4),
+        "T-...0y2p4#5-": (TWINS[2], 5, 6),
+        f"T-…{TWINS[0]}": (TWINS[0], None, None),  # the whole id from its end
+    }.items():
+        r = await store.resolve(text)
+        assert (r.thread.id, r.start, r.end) == (tid, start, end), text
+    # the prefix every twin shares names none of them
+    with pytest.raises(AmbiguousRef):
+        await store.resolve(f"T-{SHARED}")
+
+
+async def test_an_ambiguous_or_unknown_end_lists_the_candidates_or_says_so(store: Store) -> None:
+    ends = [SHARED + "0" * 6 + end for end in ("ab123456", "cd123456")]
+    for tid in ends:
+        await store.create_thread(kind="worker", thread_id=tid)
+    with pytest.raises(AmbiguousRef) as err:
+        await store.resolve("T-…3456")
+    assert err.value.candidates == [f"T-{tid}" for tid in ends]
+    assert str(err.value).startswith("T-…3456 is ambiguous: ")
+    assert (await store.resolve("T-...b123456")).thread.id == ends[0]
+    with pytest.raises(ThreadNotFound, match=r"^no thread matches T-…zzzz$"):
+        await store.resolve("T-…zzzz")
+    # an end is no prefix: the start of an id is not found as its end
+    with pytest.raises(ThreadNotFound):
+        await store.resolve(f"T-…{SHARED[:6]}")
+    with pytest.raises(ThreadNotFound, match="has 0 messages"):
+        await store.resolve("T-…b123456#9")
+
+
+@pytest.mark.parametrize("text", ["T-…x2p", "T-...", "T-…", "T-…x2p4!", "T-…x2p4#0", "T-…il0o"])
+def test_a_ref_by_its_end_needs_four_id_characters(text: str) -> None:
+    with pytest.raises(RefSyntaxError):
+        ThreadRef.parse(text)
+
+
+async def test_short_refs_are_the_shortest_unique_ends(store: Store) -> None:
+    long_twins = [SHARED + "0" * 6 + end for end in ("ab123456", "cd123456")]  # share 6
+    for tid in [*TWINS, *long_twins]:
+        await store.create_thread(kind="worker", thread_id=tid)
+    short = await store.short_refs([*TWINS, *long_twins])
+    assert short == {
+        TWINS[0]: "T-…x2p4",  # shares "2p4" with y2p4: four characters are enough
+        TWINS[1]: "T-…x2p5",
+        TWINS[2]: "T-…y2p4",
+        long_twins[0]: "T-…b123456",
+        long_twins[1]: "T-…d123456",
+    }
+    for tid, ref in short.items():
+        assert (await store.resolve(ref)).thread.id == tid  # each names its thread
+    with pytest.raises(AmbiguousRef):
+        await store.resolve("T-…123456")  # one character less is not unique
+    assert await store.short_refs([]) == {}

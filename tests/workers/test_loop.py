@@ -161,6 +161,19 @@ async def test_evidence_that_does_not_resolve_is_dropped_and_counted(
     assert outcome.result.dropped_evidence == 3
 
 
+async def test_evidence_by_the_end_of_the_id_is_kept_as_a_whole_ref(
+    store: Store, workspace: Path
+) -> None:
+    tid = await new_worker(store)
+    end, start = f"T-…{tid[-8:]}#1", f"T-{tid[-8:]}#1"  # the end, and the end taken as a start
+    outcome = await run(
+        store, tid, scripted(submit(findings=[{"claim": "c", "evidence": [end, start]}])), workspace
+    )
+    assert outcome.result is not None
+    assert outcome.result.findings[0].evidence == [f"T-{tid}#1"]
+    assert outcome.result.dropped_evidence == 1
+
+
 async def test_a_tool_call_cut_off_by_max_tokens_is_never_run(
     store: Store, workspace: Path
 ) -> None:
