@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from store import (
-    Check,
     Kind,
     NewMessage,
     SearchHit,

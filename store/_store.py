@@ -232,7 +232,9 @@ class Store:
         parsed = ThreadRef.parse(ref) if isinstance(ref, str) else ref
         info = as_seen(
             await self.db.read(
-                lambda tx: _threads.thread_from_row(thread_row(tx, parsed.id, suffix=parsed.suffix)),
+                lambda tx: _threads.thread_from_row(
+                    thread_row(tx, parsed.id, suffix=parsed.suffix)
+                ),
                 where="resolving a ref",
                 inline=True,
             )
