@@ -73,7 +73,7 @@ if TYPE_CHECKING:
         Verdict,
         Verification,
     )
-    from .refs import ResolvedRef, ThreadRef, format_ref, new_id
+    from .refs import ResolvedRef, ThreadRef, format_ref, new_id, shortest_refs
 
 _WHERE = {
     "AmbiguousRef": ".errors",
@@ -144,6 +144,7 @@ _WHERE = {
     "redact_data": "._redact",
     "refresh_secrets": "._redact",
     "secret_variables": "._secrets",
+    "shortest_refs": ".refs",
     "take_secrets": "._secrets",
     "taken_secrets": "._secrets",
     "transcript_line": "._transcript",
@@ -219,6 +220,7 @@ __all__ = [
     "redact_data",
     "refresh_secrets",
     "secret_variables",
+    "shortest_refs",
     "take_secrets",
     "taken_secrets",
     "transcript_line",
