@@ -15,6 +15,7 @@ escape corpus runs its bombs under ``RLIMIT_NPROC``.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -125,7 +126,10 @@ async def test_a_bomb_meets_the_kernel_limit(ws: Path, sandbox: str, bomb: str) 
     assert not is_error, text[-2000:]
     if bomb == BASH_BOMB:  # bash waits and retries a refused fork (EAGAIN) until one is free
         assert "fork: retry: Resource temporarily unavailable" in text, text[-2000:]
-        assert "BOMB-ENDED" in text
+        # it ends on its own, not by the timeout: its last shell reaches the echo, or (on a
+        # loaded machine, where bash's fork retries run out first) bash gives up the fork itself
+        assert "[timed out" not in text, text[-2000:]
+        assert "BOMB-ENDED" in text or re.search(r"fork: (Resource|Interrupted)", text), text
         return
     assert "LIMIT" in text, text[-2000:]
     started = int(text.split("LIMIT")[1].split()[0])
