@@ -177,18 +177,23 @@ class Confine:
                 continue
             for e in entries:
                 path = folder / e.name
-                try:
-                    if e.is_dir(follow_symlinks=e.is_symlink()):
-                        if e.is_symlink() and self.real(path) is None:
-                            continue
-                        stack.append(path)
+                link = e.is_symlink()
+                if link:  # resolved (and refused when out or a loop) if it can matter
+                    is_dir = os.path.isdir(path)
+                    if not (is_dir or e.name.endswith(suffix)) or self.real(path) is None:
                         continue
-                except OSError:
+                else:
+                    try:
+                        is_dir = e.is_dir(follow_symlinks=False)
+                    except OSError:
+                        continue
+                if is_dir:
+                    stack.append(path)
                     continue
                 if not e.name.endswith(suffix):
                     continue
                 file = self.regular(path)
-                if file is not None and (file not in out or not e.is_symlink()):
+                if file is not None and (file not in out or not link):
                     out[file] = path
         return sorted(out.values())
 
