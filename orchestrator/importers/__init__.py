@@ -145,7 +145,7 @@ def batches(
                 )
                 if not renamed:
                     report.unchanged += [str(x) for x in _files_of(f.path)]
-                    done.add(f.key or "")
+                    done |= {f.key} if f.key else set()
                     continue
             batch = _read(f, names, root)
         keys = {s.key for s in batch} | ({f.key} if f.key else set())

@@ -80,10 +80,14 @@ class Confine:
             if err.errno == errno.ELOOP:
                 self.refuse(path, "a symlink loop: not read")
             return None
-        if real != self.root and not real.startswith(self.root.rstrip("/") + "/"):
+        if not self._below(real):
             self.refuse(path, f"resolves to {real}, outside {self.root}: not read")
             return None
         return real
+
+    def _below(self, real: str) -> bool:
+        assert self.root is not None
+        return real == self.root or real.startswith(self.root.rstrip("/") + "/")
 
     def regular(self, path: Path | str) -> str | None:
         """``real(path)``, when that is a regular file (anything else is refused)."""
@@ -125,6 +129,14 @@ class Confine:
             if not st.S_ISREG(info.st_mode):
                 kind = _KINDS.get(st.S_IFMT(info.st_mode), "not a regular file")
                 self.refuse(path, f"{kind}: not read")
+                yield None
+                return
+            try:  # a folder on the way swapped for a symlink after the check: what was opened
+                opened = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:  # no /proc: the check before opening stands
+                opened = real
+            if not self._below(opened):
+                self.refuse(path, f"opened {opened}, outside {self.root}: not read")
                 yield None
                 return
             if info.st_size > limit:
