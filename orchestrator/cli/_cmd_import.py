@@ -52,7 +52,9 @@ def import_(ctx: click.Context, path: str, fmt: str, title: str | None) -> None:
     thread under the thread that spawned it, each rewound or rolled-back branch and each
     Codex fork a fork by reference. Importing the same sessions again adds only what is new.
     A line that cannot be read is skipped and counted, never fatal. Each thread keeps where it
-    came from in `show --json`'s "source".
+    came from in `show --json`'s "source". Only regular files below PATH (a file: below its
+    session's directory) are read; a symlink out, a FIFO or a device is left out with a
+    warning naming it ("refused" in --json).
 
     --json: {ref, messages, threads: [{ref, kind, parent, source, messages}], skipped}
     (ref and messages: the first main thread).

@@ -8,7 +8,10 @@ adds only what is new (``_writer``). ``detect`` tells a file's format from its f
 threadloom transcript (``jsonl``) is the CLI's own strict import and is not read here.
 
 The parsers (``claude_code``, ``codex``) turn a file into ``Session`` values; ``_writer`` puts
-those in the store. A line that cannot be read is skipped and counted, never fatal.
+those in the store, a file's sessions at a time (``batches``), so an import's memory goes with
+its largest file, not with the directory. Every read goes through ``_lines.Confine``: nothing
+outside the directory named, regular files only, bounded. A line that cannot be read is
+skipped and counted, never fatal.
 """
 
 from __future__ import annotations

@@ -319,10 +319,14 @@ def run(attempts: list[Attempt], code: Path = ROOT) -> dict[str, object]:
             counts["leaks"] += 1
             failures.append(f"{a.name}: the decoy's text got out")
         warnings = [x for x in p.stderr.splitlines() if x.startswith("warning: ")]
+        refused = json.loads(p.stdout).get("refused") or [] if p.returncode == 0 else []
         for path in a.named:
-            if not any(x.startswith(f"warning: {path}: ") for x in warnings):
+            said = any(x.startswith(f"warning: {path}: ") for x in warnings)
+            if not said or not any(x.startswith(f"{path}: ") for x in refused):
                 counts["unnamed"] += 1
                 failures.append(f"{a.name}: no warning names {path}: {p.stderr.strip()[-300:]}")
+        if len(warnings) != len(refused) or any(x.count("\n") for x in refused):
+            failures.append(f"{a.name}: warnings are not one line each, as in --json")
         if p.returncode == 0 and a.threads is not None:
             got = len(json.loads(p.stdout)["threads"])
             if got != a.threads:
