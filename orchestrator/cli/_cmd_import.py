@@ -52,12 +52,14 @@ def import_(ctx: click.Context, path: str, fmt: str, title: str | None) -> None:
     thread under the thread that spawned it, each rewound or rolled-back branch and each
     Codex fork a fork by reference. Importing the same sessions again adds only what is new.
     A line that cannot be read is skipped and counted, never fatal. Each thread keeps where it
-    came from in `show --json`'s "source".
+    came from in `show --json`'s "source". Only regular files below PATH (a file: below its
+    session's directory) are read; a symlink out, a FIFO or a device is left out with a
+    warning naming it ("refused" in --json).
 
     --json: {ref, messages, threads: [{ref, kind, parent, source, messages}], skipped}
     (ref and messages: the first main thread).
     """
-    from ..importers import detect, import_sessions, parse_lines, write_sessions
+    from ..importers import Confine, detect, import_sessions, parse_lines, write_sessions
 
     if path == "-":
         text = _read_text(path, "<stdin>")
@@ -79,7 +81,8 @@ def import_(ctx: click.Context, path: str, fmt: str, title: str | None) -> None:
         if fmt == "jsonl":
             raise CliError(f"{path}: --from jsonl imports one file, not a directory")
         wanted = ("claude-code", "codex") if fmt == "auto" else (fmt,)
-        if not any(detect(f) in wanted for f in target.rglob("*.jsonl") if f.is_file()):
+        below = Confine(target, [])  # what it refuses is said by the import itself
+        if not any(detect(f, within=below) in wanted for f in below.walk(target, ".jsonl")):
             raise CliError(f"{path}: no Claude Code or Codex session files below it")
     else:
         found = detect(target) if target.is_file() else None
@@ -143,6 +146,8 @@ def _import_sessions(
 
     async def go(store: Store) -> Output:
         report = await run(store)
+        for line in report.refused:
+            sys.stderr.write(f"warning: {line}\n")
         if one is not None and not report.threads and not report.unchanged:
             skipped = f"; {report.skipped} lines could not be read" if report.skipped else ""
             raise CliError(f"{name}: no conversation to import as {one}{skipped}")
@@ -165,6 +170,7 @@ def _import_sessions(
             "files": report.files,
             "unchanged_files": len(report.unchanged),
             "unrecognized": report.unrecognized,
+            "refused": report.refused,
         }
         return Output(data, _text(written, report, name))
 
@@ -218,6 +224,8 @@ def _text(written: list[Written], report: ImportReport, name: str) -> str:
         summary += f", {report.skipped} unreadable lines skipped"
     if report.unrecognized:
         summary += f", {len(report.unrecognized)} files of another format left out"
+    if report.refused:
+        summary += f", {len(report.refused)} paths refused (see the warnings)"
     return "\n".join([*lines, summary]) + "\n"
 
 
@@ -257,10 +265,19 @@ def _import_jsonl(ctx: click.Context, text: str, name: str, title: str | None) -
 
 
 def _read_text(file: str, name: str) -> str:
+    """A transcript named (or stdin) as text, ``MAX_FILE`` bytes at most: a device or an
+    endless pipe is an error, not a hang on memory."""
+    from ..importers._lines import MAX_FILE
+
     try:
         if file == "-":
-            return sys.stdin.read()
-        return Path(file).read_text(encoding="utf-8")
+            data = sys.stdin.buffer.read(MAX_FILE + 1)
+        else:
+            with open(file, "rb") as f:
+                data = f.read(MAX_FILE + 1)
+        if len(data) > MAX_FILE:
+            raise CliError(f"{name}: over {MAX_FILE} bytes, more than a transcript may have")
+        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as text mode
     except UnicodeDecodeError as err:
         raise CliError(f"{name}: not UTF-8 text (byte {err.start})") from None
     except OSError as err:

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from store import Kind, NewMessage, Store, ThreadInfo, UsageRecord, format_ref
 
@@ -82,6 +82,7 @@ class Writer:
         self.store = store
         self.title = title
         self._index: dict[str, list[_Known]] | None = None
+        self._holding: list[_Known] = []  # those whose ``prints`` this write holds
 
     async def _known(self) -> dict[str, list[_Known]]:
         if self._index is None:
@@ -104,16 +105,24 @@ class Writer:
             self._index = index
         return self._index
 
-    async def write(self, sessions: Sequence[Session]) -> list[Written]:
-        """Write ``sessions`` (parents and fork origins first, whatever the order given)."""
+    async def write(self, sessions: Sequence[Session], *, adopt: bool = True) -> list[Written]:
+        """Write ``sessions`` (parents and fork origins first, whatever the order given), then
+        (``adopt``) hang orphans under their parents (``adopted``; an import writing a file at a
+        time does that once, after the last). The histories compared while writing are let go
+        after: memory holds what one call writes, not what an import wrote before."""
         out: list[Written] = []
         for s in _ordered(sessions):
             out.extend(await self.write_session(s))
+        for k in self._holding:
+            k.prints = None  # read back from the store if a later session needs them
+        self._holding = []
+        return await self.adopted(out) if adopt else out
+
+    async def adopted(self, out: list[Written]) -> list[Written]:
+        """``out`` and each thread adopted now (``_adopt_orphans``) that it does not hold."""
         seen = {w.info.id for w in out}
-        for k in await self._adopt_orphans():
-            if k.info.id not in seen:
-                out.append(self._written(k, 0))
-        return out
+        more = [self._written(k, 0) for k in await self._adopt_orphans() if k.info.id not in seen]
+        return out + more
 
     async def _adopt_orphans(self) -> list[_Known]:
         """Hang each thread whose spawning session was missing when it was written under that
@@ -177,6 +186,7 @@ class Writer:
         for k in candidates:
             if k.prints is None:
                 k.prints = [fingerprint(m) for m in await self.store.messages(k.info.id)]
+                self._holding.append(k)
             lcp = common_prefix(k.prints, p.prints)
             if lcp > shared:
                 shared, origin = lcp, k
@@ -238,6 +248,7 @@ class Writer:
     ) -> Written:
         k = _Known(info, at, None, p.prints[:at])
         known.append(k)
+        self._holding.append(k)
         written = await self._extend(s, k, branch, p, at, label=label, suffix=suffix)
         written.created = True
         return written
@@ -277,6 +288,7 @@ class Writer:
             await self._append(k.info.id, new, usage)
             k.info = await self.store.get_thread(k.info.id)
         k.head, k.digest, k.prints = total, p.prefix[total], list(p.prints)
+        self._holding.append(k)
         return self._written(k, len(new))
 
     @staticmethod
@@ -401,20 +413,33 @@ def _worker_tools() -> list[str]:
 
 def _ordered(sessions: Sequence[Session]) -> list[Session]:
     """Sessions with every parent and fork origin of the batch before the sessions that need
-    it (a cycle, which only a hostile source writes, is broken in the given order)."""
-    keys = {s.key for s in sessions}
+    it."""
+    return ordered(
+        sessions, lambda s: {s.key}, lambda s: {d for d in (s.parent_key, s.fork_parent_key) if d}
+    )
+
+
+T = TypeVar("T")
+
+
+def ordered(
+    items: Sequence[T], keys: Callable[[T], set[str]], deps: Callable[[T], set[str]]
+) -> list[T]:
+    """``items`` with each after every item whose ``keys`` hold one of its ``deps``, otherwise
+    in the order given (a cycle, which only a hostile source writes, is broken in that
+    order)."""
+    given = {k for x in items for k in keys(x)}
     done: set[str] = set()
-    out: list[Session] = []
-    pending = list(sessions)
+    out: list[T] = []
+    pending = list(items)
     while pending:
         rest = []
-        for s in pending:
-            deps = {d for d in (s.parent_key, s.fork_parent_key) if d in keys and d != s.key}
-            if deps <= done:
-                out.append(s)
-                done.add(s.key)
+        for x in pending:
+            if (deps(x) & given) - keys(x) <= done:
+                out.append(x)
+                done |= keys(x)
             else:
-                rest.append(s)
+                rest.append(x)
         if len(rest) == len(pending):
             out.extend(rest)
             break

@@ -37,7 +37,18 @@ from typing import Any
 from store import Kind, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock, Usage
 
 from ._draft import COMPACTION_MARK, Block, Branch, Builder, Session, usage_record
-from ._lines import JsonLines, first_text, iso_ms, placeholder, read_lines
+from ._lines import (
+    MAX_OUTPUT,
+    JsonLines,
+    confine,
+    first_text,
+    iso_ms,
+    placeholder,
+    raw_lines,
+    read_json,
+    read_lines,
+    read_text,
+)
 
 FORMAT = "claude-code"
 _PERSISTED = re.compile(r"<persisted-output>.*?saved to:?\s*(\S+)", re.S)
@@ -51,11 +62,6 @@ def looks_like(obj: dict[str, Any]) -> bool:
         and isinstance(obj.get("type"), str)
         and "payload" not in obj
     )
-
-
-def session_files(root: Path) -> list[Path]:
-    """Session files under ``root`` (subagent files are read with their session)."""
-    return sorted(p for p in root.rglob("*.jsonl") if p.parent.name != "subagents" and p.is_file())
 
 
 def parse_file(path: Path, lines: Iterable[str] | None = None) -> list[Session]:
@@ -73,9 +79,9 @@ def parse_file(path: Path, lines: Iterable[str] | None = None) -> list[Session]:
     main = _session(data, path=path, kind=Kind.LEAD, session_dir=path.with_suffix(""))
     out = [main]
     sub_dir = path.with_suffix("") / "subagents"
-    if lines is None and sub_dir.is_dir():
+    if lines is None and confine().is_dir(sub_dir):
         titles = _task_titles(main)
-        for f in sorted(sub_dir.glob("*.jsonl")):
+        for f in confine().files(sub_dir, ".jsonl"):
             out.append(_subagent(f, session_dir=path.with_suffix(""), titles=titles))
     return out
 
@@ -87,13 +93,8 @@ def _subagent(
     titles: dict[str, str] | None = None,
     data: JsonLines | None = None,
 ) -> Session:
-    meta: dict[str, Any] = {}
-    meta_file = path.with_name(path.stem + ".meta.json")
-    try:
-        loaded = json.loads(meta_file.read_text(encoding="utf-8"))
-        meta = loaded if isinstance(loaded, dict) else {}
-    except (OSError, ValueError):
-        pass
+    loaded = read_json(path.with_name(path.stem + ".meta.json"))
+    meta: dict[str, Any] = loaded if isinstance(loaded, dict) else {}
     agent = path.stem.removeprefix("agent-")
     data = read_lines(path) if data is None else data
     parent = session_dir.name
@@ -237,6 +238,35 @@ def link(sessions: list[Session]) -> bool:
         s.branches = chain.branches(other.chain.path(chain.dangling))
         chain.dangling = None  # linked: a second pass leaves it be
     return missing
+
+
+def dangling(sessions: list[Session]) -> set[str]:
+    """The uuids of other files' messages these sessions go on from, not linked yet."""
+    return {
+        s.chain.dangling
+        for s in sessions
+        if isinstance(s.chain, _Chain) and s.chain.dangling is not None
+    }
+
+
+def owners(uuids: set[str], files: Iterable[Path]) -> dict[str, Path]:
+    """uuid → the session file among ``files`` holding the message of that uuid (only lines
+    naming one are parsed)."""
+    wanted = {u.encode() for u in uuids}
+    out: dict[str, Path] = {}
+    for f in files:
+        for line in raw_lines(f):
+            if any(u in line for u in wanted):
+                try:
+                    obj = json.loads(line)
+                except (ValueError, RecursionError):
+                    continue
+                uid = obj.get("uuid") if isinstance(obj, dict) else None
+                if isinstance(uid, str) and uid in uuids:
+                    out.setdefault(uid, f)
+        if len(out) == len(uuids):
+            break
+    return out
 
 
 class _Chain:
@@ -392,7 +422,8 @@ class _Converter:
 
     def persisted(self, tool_use_id: str, text: str) -> str | None:
         """The whole output saved under ``<session>/tool-results/`` (only a file of that
-        directory is ever read, whatever path the marker names)."""
+        directory is ever read, whatever path the marker names, and only below the directory
+        imported: ``_lines.Confine``)."""
         if tool_use_id in self._outputs:
             return self._outputs[tool_use_id]
         names = []
@@ -402,18 +433,11 @@ class _Converter:
         names += [f"{tool_use_id}.txt", f"{tool_use_id}.json"]
         found: str | None = None
         for folder in [d / "tool-results" for d in (self.session_dir, *self.more_dirs)]:
+            if found is not None or not confine().is_dir(folder):
+                continue
             for name in names:
-                f = folder / name
-                if (
-                    found is None
-                    and name
-                    and f.is_file()
-                    and f.resolve().parent == folder.resolve()
-                ):
-                    try:
-                        found = f.read_text(encoding="utf-8", errors="replace")
-                    except OSError:
-                        continue
+                if found is None and name and confine().regular(folder / name) is not None:
+                    found = read_text(folder / name, MAX_OUTPUT)
         if found is None:
             self.unmodeled["persisted output missing"] += 1
         self._outputs[tool_use_id] = found

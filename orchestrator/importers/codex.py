@@ -33,7 +33,15 @@ from typing import Any
 from store import Kind, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock, Usage
 
 from ._draft import COMPACTION_MARK, Block, Branch, Builder, Session, usage_record
-from ._lines import JsonLines, first_text, head_objects, iso_ms, placeholder, read_lines
+from ._lines import (
+    JsonLines,
+    confine,
+    first_text,
+    head_objects,
+    iso_ms,
+    placeholder,
+    read_lines,
+)
 
 FORMAT = "codex"
 _KINDS = ("session_meta", "response_item", "event_msg", "turn_context", "compacted")
@@ -46,10 +54,6 @@ _ECHO_EVENTS = frozenset(
 def looks_like(obj: dict[str, Any]) -> bool:
     """A Codex rollout line (for ``auto``)."""
     return obj.get("type") in _KINDS and "payload" in obj
-
-
-def session_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*.jsonl") if p.is_file())
 
 
 def parse_file(path: Path, lines: Iterable[str] | None = None) -> list[Session]:
@@ -289,11 +293,12 @@ INDEX = "session_index.jsonl"
 "thread_name", "updated_at"}`` a line, the newest line of an id wins)."""
 
 
-def name_sessions(sessions: list[Session], root: Path) -> None:
+def name_sessions(sessions: list[Session], root: Path, names: dict[str, str] | None = None) -> None:
     """Title the sessions Codex has a name for in the ``session_index.jsonl`` at ``root`` or
     the nearest of its four parents that has one (``~/.codex`` itself, when importing
-    ``~/.codex/sessions`` or a day's folder of it), unless the rollout renamed its thread."""
-    names = index_names(root)
+    ``~/.codex/sessions`` or a day's folder of it), unless the rollout renamed its thread
+    (``names``: that index, read already)."""
+    names = index_names(root) if names is None else names
     for s in sessions:
         name = names.get(str(s.source.get("session_id")))
         if s.source.get("format") == FORMAT and name and not s.source.get("thread_name"):
@@ -306,11 +311,12 @@ def name_sessions(sessions: list[Session], root: Path) -> None:
 
 
 def index_names(root: Path) -> dict[str, str]:
-    """Session id → thread name, from the ``session_index.jsonl`` ``name_sessions`` reads."""
+    """Session id → thread name, from the ``session_index.jsonl`` ``name_sessions`` reads (a
+    regular file really in the folder it is found in, read with the import's bounds)."""
     names: dict[str, str] = {}
     for folder in [root, *root.parents][:5]:
         if (folder / INDEX).is_file():
-            for o in read_lines(folder / INDEX).objects:
+            for o in read_lines(folder / INDEX, within=confine().within(folder)).objects:
                 if isinstance(o.get("id"), str) and isinstance(o.get("thread_name"), str):
                     names[o["id"]] = o["thread_name"]
             break

@@ -10,7 +10,11 @@ PRAGMAs (WAL, synchronous=FULL) and an FTS5 index over the line text, as the sto
     .venv/bin/python tests/benchmarks/bench_import.py [--sessions N] [--messages N]
 
 Prints one JSON document on stdout (progress on stderr); nothing is asserted. Figures:
-messages per second for each, their ratio, and each database's size against the source files'.
+messages per second for each, their ratio, and each database's size against the source files';
+and the peak memory (maximum resident set) of ``threadloom import`` run as a process on the
+corpus and on a quarter of it: an import holds one file's sessions at a time, so the peak must
+not grow with the corpus (``import_peak_rss_ratio_4x``, near 1; it grew ~4x when every session
+was held before writing).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import json
 import os
 import platform
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -157,6 +162,24 @@ def _baseline(files: list[Path], db: Path) -> float:
     return time.perf_counter() - start
 
 
+_PEAK = """
+import resource, subprocess, sys
+subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+def peak_rss_kib(root: Path, db: Path, cwd: Path = ROOT) -> int:
+    """The peak resident set (KiB) of ``threadloom import ROOT`` run as a process into ``db``,
+    measured by a parent of its own (``RUSAGE_CHILDREN`` of a process that ran only it), with
+    the code at ``cwd``."""
+    cmd = [sys.executable, "-m", "orchestrator", "--db", str(db), "import", str(root)]
+    out = subprocess.run(
+        [sys.executable, "-c", _PEAK, *cmd], cwd=cwd, check=True, capture_output=True, text=True
+    )
+    return int(out.stdout.split()[-1])
+
+
 def _size(db: Path) -> int:
     return sum(
         p.stat().st_size for p in db.parent.iterdir() if p.name.startswith(db.name) and p.is_file()
@@ -181,6 +204,11 @@ def main() -> None:
         print(f"baseline: {base_s:.2f} s", file=sys.stderr)
         db = Path(tmp) / "store" / "threads.db"
         db.parent.mkdir()
+        quarter = Path(tmp) / "quarter"
+        build_corpus(quarter, max(args.sessions // 4, 2), args.messages // 4)
+        peak_quarter = peak_rss_kib(quarter, Path(tmp) / "peak-quarter.db")
+        peak_whole = peak_rss_kib(root, Path(tmp) / "peak-whole.db")
+        print(f"peak rss: {peak_quarter} KiB (1/4), {peak_whole} KiB (whole)", file=sys.stderr)
         got = asyncio.run(_import(root, db, builders))
         first, added = got["import_s"], int(got["messages"])
         print(f"import: {first:.2f} s, again {got['reimport_unchanged_s']:.2f} s", file=sys.stderr)
@@ -204,6 +232,9 @@ def main() -> None:
             "db_vs_source": round(_size(db) / source_bytes, 2),
             "baseline_db_bytes": _size(base_db),
             "baseline_db_vs_source": round(_size(base_db) / source_bytes, 2),
+            "import_peak_rss_mib": round(peak_whole / 1024, 1),
+            "import_peak_rss_quarter_mib": round(peak_quarter / 1024, 1),
+            "import_peak_rss_ratio_4x": round(peak_whole / peak_quarter, 2),
         }
         print(json.dumps(out))
 
