@@ -16,7 +16,7 @@ from . import _outputs, _search, _threads
 from ._invariants import check_append
 from ._ledger import INSERT_USAGE, usage_row
 from ._outputs import OutputFile
-from ._sqlite import Tx, json_value, utcnow
+from ._sqlite import Tx, as_utc, json_value, utcnow
 from .errors import InvariantError, LeaseLost, StoreError, ThreadNotFound
 from .models import CONTENT_FORMAT, Message, NewMessage, ThreadInfo, UsageRecord
 from .refs import format_ref
@@ -61,6 +61,7 @@ def rows_of(
     out: list[Message] = []
     for i, (m, (content, text)) in enumerate(zip(msgs, encoded or encode(msgs), strict=True)):
         seq = first_seq + i
+        at = now if m.at is None else as_utc(m.at)
         rows.append(
             {
                 "thread_id": thread_id,
@@ -68,13 +69,13 @@ def rows_of(
                 "role": m.role,
                 "content": content,
                 "format": CONTENT_FORMAT,
-                "created_at": stamp,
+                "created_at": stamp if m.at is None else tx.time(at),
             }
         )
         texts.append({"text": text, "thread_id": thread_id, "seq": seq})
         out.append(
             Message.model_construct(
-                thread_id=thread_id, seq=seq, role=m.role, content=list(m.content), created_at=now
+                thread_id=thread_id, seq=seq, role=m.role, content=list(m.content), created_at=at
             )
         )
     return rows, texts, out
