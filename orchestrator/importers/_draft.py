@@ -19,8 +19,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from store import (
@@ -33,6 +35,8 @@ from store import (
     Usage,
     UsageRecord,
 )
+
+from ._lines import first_text
 
 Block = TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock
 
@@ -89,13 +93,18 @@ class _Raw:
     usage: UsageRecord | None = None
     turn: bool = False
     alone: bool = False
+    at: int | None = None
 
 
 class Builder:
-    """Raw turns in conversation order in, invariant-keeping messages out (``messages()``)."""
+    """Raw turns in conversation order in, invariant-keeping messages out (``messages()``).
+
+    ``at``: the source's time (ms since the epoch) of the line being read, set by the parser
+    before each line; a turn keeps the time of its first line, and so does its message."""
 
     def __init__(self) -> None:
         self._raw: list[_Raw] = []
+        self.at: int | None = None
 
     def user(
         self, blocks: Sequence[Block], *, turn: bool | None = None, alone: bool = False
@@ -106,7 +115,7 @@ class Builder:
         if blocks:
             if turn is None:
                 turn = any(isinstance(b, TextBlock) for b in blocks)
-            self._raw.append(_Raw("user", list(blocks), turn=turn, alone=alone))
+            self._raw.append(_Raw("user", list(blocks), turn=turn, alone=alone, at=self.at))
 
     def assistant(
         self,
@@ -130,7 +139,7 @@ class Builder:
                 if not all(isinstance(b, ToolResultBlock) for b in r.blocks):
                     break
         if blocks or usage is not None:
-            self._raw.append(_Raw("assistant", list(blocks), msg_id, usage))
+            self._raw.append(_Raw("assistant", list(blocks), msg_id, usage, at=self.at))
 
     def usage_for_last_assistant(self, usage: UsageRecord) -> bool:
         """Add ``usage`` to the newest assistant turn (a source that reports usage apart from
@@ -148,12 +157,21 @@ class Builder:
         """A copy holding the same turns (for a branch that is abandoned later)."""
         other = Builder()
         other._raw = [
-            _Raw(r.role, list(r.blocks), r.msg_id, r.usage, r.turn, r.alone) for r in self._raw
+            _Raw(r.role, list(r.blocks), r.msg_id, r.usage, r.turn, r.alone, r.at)
+            for r in self._raw
         ]
         return other
 
     def truncate(self, n: int) -> None:
         del self._raw[n:]
+
+    def requests(self) -> list[str]:
+        """The text of each user turn a person wrote, in order (what ``request_title`` reads)."""
+        return [
+            "\n".join(b.text for b in r.blocks if isinstance(b, TextBlock))
+            for r in self._raw
+            if r.role == "user" and r.turn
+        ]
 
     def user_turn_starts(self) -> list[int]:
         """Indices of the raw user turns a person wrote (not tool results, not context)."""
@@ -174,7 +192,9 @@ class Builder:
                 if r.usage is not None:
                     last.usage = r.usage if last.usage is None else _add(last.usage, r.usage)
             else:
-                merged.append(_Raw(r.role, list(r.blocks), r.msg_id, r.usage, alone=r.alone))
+                merged.append(
+                    _Raw(r.role, list(r.blocks), r.msg_id, r.usage, alone=r.alone, at=r.at)
+                )
         out: list[NewMessage] = []
         usage: dict[int, UsageRecord] = {}
         pending: list[str] = []
@@ -183,23 +203,26 @@ class Builder:
                 blocks = _dedupe_calls(r.blocks)
                 if not blocks:
                     continue
+                at = _time(r.at)
                 if pending:  # an answered-nothing gap cannot happen after merging; be safe
-                    out.append(_answer(pending, []))
+                    out.append(_answer(pending, [], at))
                 if not out:
-                    out.append(NewMessage.user(OPENS_WITH_ASSISTANT))
+                    out.append(NewMessage(role="user", content=OPENS_WITH_ASSISTANT, at=at))
                 if r.usage is not None:
                     usage[len(out)] = r.usage
-                out.append(NewMessage(role="assistant", content=blocks))
+                out.append(NewMessage(role="assistant", content=blocks, at=at))
                 pending = [b.id for b in blocks if isinstance(b, ToolUseBlock)]
             else:
-                msg = _answer(pending, r.blocks)
+                out.append(_answer(pending, r.blocks, _time(r.at)))
                 pending = []
-                if msg is not None:
-                    out.append(msg)
         return out, usage
 
 
-def _answer(pending: Sequence[str], blocks: Sequence[Block]) -> NewMessage:
+def _time(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def _answer(pending: Sequence[str], blocks: Sequence[Block], at: datetime | None) -> NewMessage:
     """The user message after a turn that called ``pending``: their results first (one each,
     a stored error result for a missing one), then the rest; stray results become text."""
     results: dict[str, ToolResultBlock] = {}
@@ -220,7 +243,7 @@ def _answer(pending: Sequence[str], blocks: Sequence[Block]) -> NewMessage:
         results.get(i) or ToolResultBlock(tool_use_id=i, content=NO_RESULT, is_error=True)
         for i in pending
     ]
-    return NewMessage(role="user", content=[*head, *rest] or [TextBlock(text="(empty)")])
+    return NewMessage(role="user", content=[*head, *rest] or [TextBlock(text="(empty)")], at=at)
 
 
 def _dedupe_calls(blocks: Sequence[Block]) -> list[Block]:
@@ -309,3 +332,47 @@ def fork_point(messages: Sequence[NewMessage], n: int) -> int:
     while n > 0 and messages[n - 1].tool_uses():
         n -= 1
     return n
+
+
+CONTEXT_PREFIXES = (
+    "<environment_context>",
+    "<user_instructions>",
+    "<permissions",
+    "# AGENTS.md instructions",
+    "<INSTRUCTIONS>",
+    "Caveat: The messages below were generated by the user while running local commands",
+    "<local-command-stdout>",
+    "<local-command-stderr>",
+    "[Request interrupted by user",
+)
+"""How the user-role text a CLI writes for itself begins (Codex's environment and AGENTS.md
+blocks, Claude Code's local-command caveat and output, an interruption's note): context the
+model saw, not a request a person typed."""
+_IDE_REQUEST = "## My request for Codex:"
+_COMMAND = re.compile(r"<command-name>\s*/?([^<]*?)\s*</command-name>")
+_COMMAND_ARGS = re.compile(r"<command-args>(.*?)</command-args>", re.S)
+
+
+def request_title(texts: Iterable[str]) -> str:
+    """A title from a conversation's user turns: the first request a person wrote — not
+    context the CLI wrote (``CONTEXT_PREFIXES``), the request of a Codex IDE turn (after its
+    ``## My request for Codex:``), a Claude Code slash command as ``/name args`` (one without
+    arguments only when nothing else was asked) — shortened to one line; "" when none."""
+    bare = ""
+    for text in texts:
+        text = text.strip()
+        if not text or text.startswith(CONTEXT_PREFIXES):
+            continue
+        if _IDE_REQUEST in text:
+            text = text.split(_IDE_REQUEST, 1)[1].strip()
+        command = _COMMAND.search(text)
+        if command is not None:
+            found = _COMMAND_ARGS.search(text)
+            args = found.group(1).strip() if found else ""
+            if not args:
+                bare = bare or f"/{command.group(1)}"
+                continue
+            text = f"/{command.group(1)} {args}"
+        if text:
+            return first_text([NewMessage.user(text)])
+    return bare

@@ -31,6 +31,7 @@ import asyncio
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from store import Kind, NewMessage, Store, ThreadInfo, UsageRecord, format_ref
@@ -190,7 +191,9 @@ class Writer:
         assert origin is not None
         label = branch.label or "fork"
         suffix = f" ({label})" if origin in known else ""
-        info = await self.store.fork(origin.info.id, at=at, title=s.title + suffix)
+        info = await self.store.fork(
+            origin.info.id, at=at, title=s.title + suffix, created_at=branch.messages[at].at
+        )
         if origin not in known:
             label = branch.label
         return await self._new(s, info, branch, p, at, known, label=label, suffix=suffix)
@@ -214,7 +217,9 @@ class Writer:
             suffix = f" ({branch.label or 'branch'})"
             title = s.title + suffix
             parent = known[0].info
+        began = branch.messages[0].at if known or s.created_ms is None else _time(s.created_ms)
         info = await self.store.create_thread(
+            created_at=began,
             kind=s.kind,
             title=title,
             parent_id=parent.id if parent else None,
@@ -387,6 +392,10 @@ class Writer:
         for r in results:
             if isinstance(r, BaseException):
                 raise r
+
+
+def _time(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
 
 
 def _orphan(info: ThreadInfo) -> bool:
