@@ -104,11 +104,13 @@ class Store:
         messages: Sequence[NewMessage] = (),
         thread_id: str | None = None,
         created_at: datetime | None = None,
+        source_key: str | None = None,
     ) -> ThreadInfo:
         """A new thread (a root of its own job unless ``job_id``/``parent_id`` say otherwise),
         with ``messages`` appended in the same transaction. ``created_at``: when it began
         elsewhere (an imported session), its time and its id's (listings sort by id) instead
-        of now."""
+        of now. ``source_key``: the source it stands for, one thread a key (``SourceTaken``
+        names the thread holding it)."""
         check_append((), 0, messages)  # refuse bad messages before touching the database
         now = utcnow() if created_at is None else as_utc(created_at)
         values = {
@@ -120,6 +122,7 @@ class Store:
             "system_prompt": system_prompt,
             "tools": list(tools),
             "model": model,
+            "source_key": source_key,
         }
         return await self._writer.run(
             lambda tx: _messages.create(
@@ -273,12 +276,14 @@ class Store:
         status: Status = Status.IDLE,
         messages: Sequence[NewMessage] = (),
         created_at: datetime | None = None,
+        source_key: str | None = None,
     ) -> ThreadInfo:
         """A new thread sharing ``source_id``'s history up to message ``at`` (default: its end).
 
         Stores one thread row and no message rows, whatever the history's length. Refuses a
         point between a tool_use and its result, naming the nearest valid points.
-        ``created_at`` as for ``create_thread`` (a branch of an imported session)."""
+        ``created_at`` and ``source_key`` as for ``create_thread`` (a branch of an imported
+        session)."""
         if created_at is None:
             fork_id, now = new_id(), utcnow()
         else:
@@ -295,6 +300,7 @@ class Store:
                 parent_id=parent_id,
                 status=status,
                 messages=messages,
+                source_key=source_key,
             ),
             where="forking a thread",
         )

@@ -37,6 +37,7 @@ __all__ = [
     "RefError",
     "RefSyntaxError",
     "SearchQueryError",
+    "SourceTaken",
     "StatusError",
     "StoreError",
     "ThreadNotFound",
@@ -79,6 +80,15 @@ class StatusError(StoreError):
 
 class ConcurrencyError(StoreError):
     pass
+
+
+class SourceTaken(ConcurrencyError):
+    """A thread for this source (``source_key``) exists already — another import created it:
+    ``thread_id`` is that thread."""
+
+    def __init__(self, message: str, thread_id: str) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
 
 
 class LeaseHeld(StoreError):

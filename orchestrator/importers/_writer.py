@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from store import Kind, NewMessage, Store, ThreadInfo, UsageRecord, format_ref
+from store import Kind, NewMessage, SourceTaken, Store, ThreadInfo, UsageRecord, format_ref
 
 from ..views import source_json
 from ._draft import Branch, Session, common_prefix, fingerprint, fork_point
@@ -88,20 +88,9 @@ class Writer:
         if self._index is None:
             index: dict[str, list[_Known]] = {}
             for t in await self.store.list_threads(oldest_first=True):
-                src = (t.task or {}).get("source")
-                if not isinstance(src, dict) or not isinstance(src.get("key"), str):
-                    continue
-                imp = src.get("imported")
-                imp = imp if isinstance(imp, dict) else {}
-                head = imp.get("messages")
-                dig = imp.get("digest")
-                index.setdefault(src["key"], []).append(
-                    _Known(
-                        t,
-                        head if isinstance(head, int) else -1,
-                        dig if isinstance(dig, str) and head == t.head_seq else None,
-                    )
-                )
+                found = _known_of(t)
+                if found is not None:
+                    index.setdefault(found[0], []).append(found[1])
             self._index = index
         return self._index
 
@@ -143,11 +132,22 @@ class Writer:
         return adopted
 
     async def write_session(self, s: Session) -> list[Written]:
+        """Write one session's branches; when another import creates one of its threads
+        first (``SourceTaken``: the database keeps one thread a source key), that import is
+        writing the session: its thread is reported, and the rest left to it."""
         index = await self._known()
         known = index.setdefault(s.key, [])
         out: list[Written] = []
         for n, branch in enumerate(s.branches):
-            written = await self._place(s, n, branch, known, index)
+            try:
+                written = await self._place(s, n, branch, known, index)
+            except SourceTaken as taken:
+                info = await self.store.get_thread(taken.thread_id)
+                found = _known_of(info)
+                k = found[1] if found is not None else _Known(info, -1, None)
+                known.append(k)
+                out.append(self._written(k, 0))
+                break
             if written is not None:
                 out.append(written)
         return out
@@ -192,7 +192,11 @@ class Writer:
         label = branch.label or "fork"
         suffix = f" ({label})" if origin in known else ""
         info = await self.store.fork(
-            origin.info.id, at=at, title=s.title + suffix, created_at=branch.messages[at].at
+            origin.info.id,
+            at=at,
+            title=s.title + suffix,
+            created_at=branch.messages[at].at,
+            source_key=_source_key(s, p, known),
         )
         if origin not in known:
             label = branch.label
@@ -220,6 +224,7 @@ class Writer:
         began = branch.messages[0].at if known or s.created_ms is None else _time(s.created_ms)
         info = await self.store.create_thread(
             created_at=began,
+            source_key=_source_key(s, p, known),
             kind=s.kind,
             title=title,
             parent_id=parent.id if parent else None,
@@ -392,6 +397,29 @@ class Writer:
         for r in results:
             if isinstance(r, BaseException):
                 raise r
+
+
+def _known_of(t: ThreadInfo) -> tuple[str, _Known] | None:
+    """An imported thread's source key and what is known of it (None: not imported)."""
+    src = (t.task or {}).get("source")
+    if not isinstance(src, dict) or not isinstance(src.get("key"), str):
+        return None
+    imp = src.get("imported")
+    imp = imp if isinstance(imp, dict) else {}
+    head = imp.get("messages")
+    dig = imp.get("digest")
+    return src["key"], _Known(
+        t,
+        head if isinstance(head, int) else -1,
+        dig if isinstance(dig, str) and head == t.head_seq else None,
+    )
+
+
+def _source_key(s: Session, p: _Prints, known: list[_Known]) -> str:
+    """The ``source_key`` of a new thread of ``s``: the session's key for its first thread,
+    the key and the digest of the branch it is created for for each other one (two imports
+    creating the same branch at once give the same key, and one of them is refused)."""
+    return s.key if not known else f"{s.key}@{p.prefix[-1]}"
 
 
 def _time(ms: int) -> datetime:
