@@ -20,7 +20,7 @@ from pathlib import Path
 from store import Store
 
 from . import claude_code, codex
-from ._draft import COMPACTION_MARK, NO_RESULT, Branch, Session
+from ._draft import COMPACTION_MARK, NO_RESULT, Branch, Session, paused_collector
 from ._lines import head_objects, stat_of
 from ._writer import Writer, Written
 
@@ -149,21 +149,23 @@ async def import_sessions(
     One import at a time per database (``Store.exclusive``): what is stored is read, and what
     is missing created, with no other import in between — two at once make each thread once."""
     async with store.exclusive("import"):
-        writer = Writer(store, title=title)
-        # a title given is applied to what is stored too: every file is read then
-        known = await writer.unchanged_files() if title is None else None
-        named = await writer.names()
-        sessions, report = parse(path, fmt, known=known, named=named)
-        report.threads = await writer.write([s for s in sessions if s.branches])
-        report.threads += await writer.threads_of(report.unchanged)
-        return report
+        with paused_collector():
+            writer = Writer(store, title=title)
+            # a title given is applied to what is stored too: every file is read then
+            known = await writer.unchanged_files() if title is None else None
+            named = await writer.names()
+            sessions, report = parse(path, fmt, known=known, named=named)
+            report.threads = await writer.write([s for s in sessions if s.branches])
+            report.threads += await writer.threads_of(report.unchanged)
+            return report
 
 
 async def write_sessions(
     store: Store, sessions: Iterable[Session], *, title: str | None = None
 ) -> list[Written]:
     async with store.exclusive("import"):
-        return await Writer(store, title=title).write([s for s in sessions if s.branches])
+        with paused_collector():
+            return await Writer(store, title=title).write([s for s in sessions if s.branches])
 
 
 __all__ = [
