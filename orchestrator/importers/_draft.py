@@ -296,13 +296,17 @@ def _rates(model: str) -> tuple[float, float, float, float]:
     )
 
 
-def fingerprint(message: NewMessage) -> str:
+def fingerprint(message: NewMessage, *, outputs: bool = True) -> str:
     """A digest of a message as the store keeps it, whether its outputs are inline or stored
     apart (an output counts by the SHA-256 of its whole text, which a stored-apart block
-    carries), so a re-import can tell what it already wrote without reading outputs back."""
+    carries), so a re-import can tell what it already wrote without reading outputs back.
+    ``outputs=False`` leaves tool results' text and error flag out: how an older mapping
+    (``_writer.MAPPING``) stored the same results does not count."""
     parts: list[Any] = [message.role]
     for b in message.content:
-        if isinstance(b, ToolResultBlock):
+        if isinstance(b, ToolResultBlock) and not outputs:
+            parts.append(["tool_result", b.tool_use_id])
+        elif isinstance(b, ToolResultBlock):
             sha = (
                 b.stored.sha256
                 if b.stored is not None

@@ -57,6 +57,16 @@ class _Known:
     head: int
     digest: str | None
     prints: list[str] | None = None
+    legacy: bool = False
+    """Imported by an older ``MAPPING``: compared by ``fingerprint(outputs=False)``."""
+
+
+MAPPING = 2
+"""What a source line becomes, by version, kept with each import (``imported.mapping``): 2 stores
+Codex's JSON-string outputs as text with their exit status, titles threads with the first
+request a person wrote, keeps the source's times. A thread of an older mapping has its file
+read again (its title follows the new rule) and is matched without its outputs' text, so it is
+extended, not forked, where only the way its outputs were stored changed."""
 
 
 @dataclass
@@ -175,13 +185,19 @@ class Writer:
         if not candidates and s.fork_parent_key is not None:
             candidates = list(index.get(s.fork_parent_key, []))
         shared, origin = 0, None
+        loose: list[str] | None = None
         for k in candidates:
             if k.prints is None:
-                k.prints = [fingerprint(m) for m in await self.store.messages(k.info.id)]
-            lcp = common_prefix(k.prints, p.prints)
+                stored = await self.store.messages(k.info.id)
+                k.prints = [fingerprint(m, outputs=not k.legacy) for m in stored]
+            if k.legacy:
+                loose = loose or [fingerprint(m, outputs=False) for m in branch.messages]
+            lcp = common_prefix(k.prints, loose if k.legacy and loose else p.prints)
             if lcp > shared:
                 shared, origin = lcp, k
         if origin is not None and shared == total:  # every message of it is stored already
+            if origin.legacy and origin in known and shared == len(origin.prints or ()):
+                return await self._extend(s, origin, branch, p, shared, main=n == 0)
             return self._written(origin, 0) if origin in known else None
         if origin is not None and origin in known and shared == len(origin.prints or ()):
             return await self._extend(s, origin, branch, p, shared, main=n == 0)
@@ -287,6 +303,7 @@ class Writer:
             await self._append(k.info.id, new, usage)
             k.info = await self.store.get_thread(k.info.id)
         k.head, k.digest, k.prints = total, p.prefix[total], list(p.prints)
+        k.legacy = False
         return self._written(k, len(new))
 
     @staticmethod
@@ -321,7 +338,11 @@ class Writer:
         src: dict[str, Any] = {**s.source, "key": s.key}
         if label:
             src["branch"] = label
-        imported: dict[str, Any] = {"messages": total, "digest": p.prefix[total]}
+        imported: dict[str, Any] = {
+            "messages": total,
+            "digest": p.prefix[total],
+            "mapping": MAPPING,
+        }
         if s.stat is not None:
             imported["stat"] = s.stat
         imported["title"] = s.title
@@ -346,6 +367,9 @@ class Writer:
                     continue
                 if k.digest is None or not isinstance(stat, list) or out.get(path, stat) != stat:
                     bad.add(path)
+                    continue
+                if k.legacy:
+                    bad.add(path)  # imported by an older mapping: read to title it anew
                     continue
                 if _orphan(k.info) and "parent_key" not in (src.get("imported") or {}):
                     bad.add(path)  # imported before parent keys were kept: read to learn it
@@ -412,6 +436,7 @@ def _known_of(t: ThreadInfo) -> tuple[str, _Known] | None:
         t,
         head if isinstance(head, int) else -1,
         dig if isinstance(dig, str) and head == t.head_seq else None,
+        legacy=imp.get("mapping") != MAPPING,
     )
 
 

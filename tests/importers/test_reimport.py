@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.importers import import_sessions, parse
+from orchestrator.importers import Session, import_sessions, parse, write_sessions
 from orchestrator.importers._writer import Writer
-from store import Kind, SourceTaken, Store
+from store import Kind, NewMessage, SourceTaken, Store, ToolResultBlock
 from tests.importers.fixtures import ClaudeSession, CodexRollout
 from tests.orchestrator.test_cli_helpers import invoke, json_out
 
@@ -228,3 +228,61 @@ async def test_two_writers_of_one_session_at_once_make_its_threads_once(tmp_path
     finally:
         await a.close()
         await b.close()
+
+
+def _legacy(sessions: list[Session]) -> list[Session]:
+    """``sessions`` as the mapping before 2 made them: each Codex output the JSON string the CLI
+    wrote, the thread titled with its first user text (the environment block)."""
+    for s in sessions:
+        for b in s.branches:
+            b.messages = [
+                NewMessage(
+                    role=m.role,
+                    content=[
+                        ToolResultBlock(tool_use_id=c.tool_use_id, content=RAW)
+                        if isinstance(c, ToolResultBlock)
+                        else c
+                        for c in m.content
+                    ],
+                )
+                for m in b.messages
+            ]
+        s.title = "<environment_context> <cwd>/home/someone</cwd> </environment_context>"
+    return sessions
+
+
+RAW = json.dumps({"output": "a\nb\n", "metadata": {"exit_code": 1, "duration_seconds": 0.1}})
+
+
+async def test_a_thread_imported_by_an_older_mapping_is_retitled_and_extended_not_forked(
+    tmp_path: Path, store: Store
+) -> None:
+    r = CodexRollout(tmp_path, PARENT)
+    r.user("<environment_context>\n  <cwd>/home/someone</cwd>\n</environment_context>")
+    r.user("list the files")
+    r.call("c1", "shell", {"command": ["ls"]})
+    r.output("c1", RAW)
+    r.say("two files")
+    r.write()
+    (old,) = await write_sessions(store, _legacy(parse(r.path)[0]))
+    task = old.info.task or {}
+    imported = {k: v for k, v in task["source"]["imported"].items() if k != "mapping"}
+    await store.update_thread(
+        old.info.id, task={**task, "source": {**task["source"], "imported": imported}}
+    )
+    # the file as it was: read again all the same (its title follows the new rule)
+    (same,) = (await import_sessions(store, tmp_path)).threads
+    assert same.info.id == old.info.id and same.added == 0
+    assert same.info.title == "list the files"
+    # grown: extended where it stands, its stored outputs as they were (append-only)
+    r.user("and the exit status?")
+    r.call("c2", "shell", {"command": ["false"]})
+    r.output("c2", RAW.replace('"c1"', '"c2"'))
+    r.say("it failed")
+    r.write()
+    (grown,) = (await import_sessions(store, tmp_path)).threads
+    assert grown.info.id == old.info.id and grown.added == 4
+    assert len(await store.list_threads()) == 1
+    results = [b for m in await store.messages(old.info.id) for b in m.tool_results()]
+    assert [b.text for b in results] == [RAW, "a\nb\n[exit code: 1]"]
+    assert (await import_sessions(store, tmp_path)).threads[0].added == 0
