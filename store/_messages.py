@@ -53,15 +53,18 @@ def rows_of(
     msgs: Sequence[NewMessage],
     now: datetime,
     encoded: list[tuple[str, str]] | None = None,
+    times: Sequence[datetime | None] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Message]]:
-    """The ``messages`` rows of ``msgs``, their search rows, and the stored models."""
+    """The ``messages`` rows of ``msgs``, their search rows, and the stored models; ``times``:
+    each message's own time (None: ``now``), one a message."""
     stamp = tx.time(now)
     rows: list[dict[str, Any]] = []
     texts: list[dict[str, Any]] = []
     out: list[Message] = []
     for i, (m, (content, text)) in enumerate(zip(msgs, encoded or encode(msgs), strict=True)):
         seq = first_seq + i
-        at = now if m.at is None else as_utc(m.at)
+        own = times[i] if times is not None else None
+        at = now if own is None else as_utc(own)
         rows.append(
             {
                 "thread_id": thread_id,
@@ -69,7 +72,7 @@ def rows_of(
                 "role": m.role,
                 "content": content,
                 "format": CONTENT_FORMAT,
-                "created_at": stamp if m.at is None else tx.time(at),
+                "created_at": stamp if own is None else tx.time(at),
             }
         )
         texts.append({"text": text, "thread_id": thread_id, "seq": seq})
@@ -126,6 +129,8 @@ class PendingAppend:
     files: Mapping[str, OutputFile] | None = None
     encoded: list[tuple[str, str]] | None = None
     """``encode(messages)``, done before the transaction (None: done in it)."""
+    times: Sequence[datetime | None] | None = None
+    """Each message's own time (``Store.append(times=…)``); None: the transaction's."""
 
 
 def admit(
@@ -195,7 +200,7 @@ def apply_appends(tx: Tx, batch: list[PendingAppend]) -> list[list[Message] | St
             except InvariantError as err:
                 outcomes.append(InvariantError(f"{format_ref(p.thread_id)}: {err}"))
                 continue
-        rows, texts, out = rows_of(tx, p.thread_id, head + 1, msgs, now, encoded)
+        rows, texts, out = rows_of(tx, p.thread_id, head + 1, msgs, now, encoded, p.times)
         msg_rows.extend(rows)
         text_rows.extend(texts)
         if p.usage is not None:

@@ -147,6 +147,7 @@ class Store:
         usage: UsageRecord | None = None,
         lease_owner: str | None = None,
         output_files: Mapping[str, OutputFile] | None = None,
+        times: Sequence[datetime | None] | None = None,
     ) -> list[Message]:
         """Append messages (numbered after the thread's head) in one transaction, with the
         usage row of the model response that produced them. Returns the stored messages once
@@ -157,12 +158,21 @@ class Store:
         when the pairing invariant would break; nothing of that call is stored then. With
         ``lease_owner``, the same transaction checks that this owner still holds an unexpired
         lease on the thread, and raises ``LeaseLost`` (storing nothing of that call) when it does
-        not; other appends of the same batch still commit (``_writer``: group commit)."""
+        not; other appends of the same batch still commit (``_writer``: group commit).
+        ``times``: each message's own time, one a message (an imported session's messages
+        keep their source's); None, or a None item: the transaction's."""
         batch = [msgs] if isinstance(msgs, NewMessage) else list(msgs)
         if not batch:
             return []
+        if times is not None and len(times) != len(batch):
+            raise ValueError(f"{len(times)} times for {len(batch)} messages")
         return await self._writer.append(
-            thread_id, batch, usage=usage, lease_owner=lease_owner, output_files=output_files
+            thread_id,
+            batch,
+            usage=usage,
+            lease_owner=lease_owner,
+            output_files=output_files,
+            times=times,
         )
 
     # ----------------------------------------------------------------- reading messages

@@ -9,6 +9,7 @@
     │   └── ForkPointError         a fork point between a tool_use and its result, or out of range
     ├── StatusError                a transition the thread state machine does not allow
     ├── ConcurrencyError           a stale version: someone else wrote the thread first
+    │   └── SourceTaken            a thread already stands for this source (another import)
     ├── LeaseHeld                  another runner owns the thread
     │   └── LeaseLost              an append by a runner whose lease expired or was taken over
     ├── DatabaseError              the database failed (translated from the driver at one boundary)

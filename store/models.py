@@ -143,10 +143,6 @@ class NewMessage(_Frozen):
 
     role: Role
     content: list[ContentBlock] = Field(min_length=1)
-    at: datetime | None = Field(default=None, exclude=True)
-    """When the message was written, for one that comes from elsewhere (an imported session's
-    message keeps its source's time); None: when it is appended. Stored as the message's
-    ``created_at``; never part of its content."""
 
     @field_validator("content", mode="before")
     @classmethod

@@ -58,6 +58,11 @@ class Branch:
     messages: list[NewMessage]
     usage: dict[int, UsageRecord] = field(default_factory=dict)
     label: str = ""
+    times: list[datetime | None] = field(default_factory=list)
+    """Each message's time at the source (None: unknown), one a message when given."""
+
+    def time(self, i: int) -> datetime | None:
+        return self.times[i] if i < len(self.times) else None
 
 
 @dataclass
@@ -180,10 +185,14 @@ class Builder:
         return [i for i, r in enumerate(self._raw) if r.role == "user" and r.turn]
 
     def branch(self, label: str = "") -> Branch:
-        msgs, usage = self.messages()
-        return Branch(msgs, usage, label)
+        msgs, usage, times = self.messages()
+        return Branch(msgs, usage, label, times)
 
-    def messages(self) -> tuple[list[NewMessage], dict[int, UsageRecord]]:
+    def messages(
+        self,
+    ) -> tuple[list[NewMessage], dict[int, UsageRecord], list[datetime | None]]:
+        """The messages, the usage row of each assistant message that has one (by index), and
+        each message's source time."""
         merged: list[_Raw] = []
         for r in self._raw:
             if not r.blocks and r.usage is None:
@@ -199,32 +208,38 @@ class Builder:
                 )
         out: list[NewMessage] = []
         usage: dict[int, UsageRecord] = {}
+        times: list[datetime | None] = []
         pending: list[str] = []
         for r in merged:
+            at = source_time(r.at)
             if r.role == "assistant":
                 blocks = _dedupe_calls(r.blocks)
                 if not blocks:
                     continue
-                at = _time(r.at)
                 if pending:  # an answered-nothing gap cannot happen after merging; be safe
-                    out.append(_answer(pending, [], at))
+                    out.append(_answer(pending, []))
+                    times.append(at)
                 if not out:
-                    out.append(NewMessage(role="user", content=OPENS_WITH_ASSISTANT, at=at))
+                    out.append(NewMessage.user(OPENS_WITH_ASSISTANT))
+                    times.append(at)
                 if r.usage is not None:
                     usage[len(out)] = r.usage
-                out.append(NewMessage(role="assistant", content=blocks, at=at))
+                out.append(NewMessage(role="assistant", content=blocks))
+                times.append(at)
                 pending = [b.id for b in blocks if isinstance(b, ToolUseBlock)]
             else:
-                out.append(_answer(pending, r.blocks, _time(r.at)))
+                out.append(_answer(pending, r.blocks))
+                times.append(at)
                 pending = []
-        return out, usage
+        return out, usage, times
 
 
-def _time(ms: int | None) -> datetime | None:
+def source_time(ms: int | None) -> datetime | None:
+    """A source's time (ms since the epoch) as the store takes it."""
     return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
 
 
-def _answer(pending: Sequence[str], blocks: Sequence[Block], at: datetime | None) -> NewMessage:
+def _answer(pending: Sequence[str], blocks: Sequence[Block]) -> NewMessage:
     """The user message after a turn that called ``pending``: their results first (one each,
     a stored error result for a missing one), then the rest; stray results become text."""
     results: dict[str, ToolResultBlock] = {}
@@ -245,7 +260,7 @@ def _answer(pending: Sequence[str], blocks: Sequence[Block], at: datetime | None
         results.get(i) or ToolResultBlock(tool_use_id=i, content=NO_RESULT, is_error=True)
         for i in pending
     ]
-    return NewMessage(role="user", content=[*head, *rest] or [TextBlock(text="(empty)")], at=at)
+    return NewMessage(role="user", content=[*head, *rest] or [TextBlock(text="(empty)")])
 
 
 def _dedupe_calls(blocks: Sequence[Block]) -> list[Block]:

@@ -31,13 +31,13 @@ import asyncio
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from store import Kind, NewMessage, SourceTaken, Store, ThreadInfo, UsageRecord, format_ref
 
 from ..views import source_json
-from ._draft import Branch, Session, common_prefix, fingerprint, fork_point
+from ._draft import Branch, Session, common_prefix, fingerprint, fork_point, source_time
 
 
 @dataclass
@@ -211,7 +211,7 @@ class Writer:
             origin.info.id,
             at=at,
             title=s.title + suffix,
-            created_at=branch.messages[at].at,
+            created_at=branch.time(at),
             source_key=_source_key(s, p, known),
         )
         if origin not in known:
@@ -237,7 +237,8 @@ class Writer:
             suffix = f" ({branch.label or 'branch'})"
             title = s.title + suffix
             parent = known[0].info
-        began = branch.messages[0].at if known or s.created_ms is None else _time(s.created_ms)
+        first = branch.time(0)
+        began = first if known else source_time(s.created_ms) or first
         info = await self.store.create_thread(
             created_at=began,
             source_key=_source_key(s, p, known),
@@ -300,7 +301,8 @@ class Writer:
             k.info = await self.store.update_thread(k.info.id, task=task, title=title)
         if new:
             usage = {i - start: u for i, u in branch.usage.items() if i >= start}
-            await self._append(k.info.id, new, usage)
+            times = [branch.time(i) for i in range(start, total)]
+            await self._append(k.info.id, new, usage, times)
             k.info = await self.store.get_thread(k.info.id)
         k.head, k.digest, k.prints = total, p.prefix[total], list(p.prints)
         k.legacy = False
@@ -400,22 +402,27 @@ class Writer:
         ]
 
     async def _append(
-        self, thread_id: str, msgs: Sequence[NewMessage], usage: dict[int, UsageRecord]
+        self,
+        thread_id: str,
+        msgs: Sequence[NewMessage],
+        usage: dict[int, UsageRecord],
+        times: Sequence[datetime | None],
     ) -> None:
-        """``msgs`` in pieces that each end at a message with a usage row (the store ties a
-        usage row to the last assistant message of its append), issued at once so the store's
-        group commit writes them together, in order."""
-        pieces: list[tuple[list[NewMessage], UsageRecord | None]] = []
+        """``msgs`` (with their source ``times``) in pieces that each end at a message with a
+        usage row (the store ties a usage row to the last assistant message of its append),
+        issued at once so the store's group commit writes them together, in order."""
+        pieces: list[tuple[list[NewMessage], UsageRecord | None, list[datetime | None]]] = []
         cur: list[NewMessage] = []
+        start = 0
         for i, m in enumerate(msgs):
             cur.append(m)
             if i in usage:
-                pieces.append((cur, usage[i]))
-                cur = []
+                pieces.append((cur, usage[i], list(times[start : i + 1])))
+                cur, start = [], i + 1
         if cur:
-            pieces.append((cur, None))
+            pieces.append((cur, None, list(times[start:])))
         results = await asyncio.gather(
-            *(self.store.append(thread_id, ms, usage=u) for ms, u in pieces),
+            *(self.store.append(thread_id, ms, usage=u, times=ts) for ms, u, ts in pieces),
             return_exceptions=True,
         )
         for r in results:
@@ -445,10 +452,6 @@ def _source_key(s: Session, p: _Prints, known: list[_Known]) -> str:
     the key and the digest of the branch it is created for for each other one (two imports
     creating the same branch at once give the same key, and one of them is refused)."""
     return s.key if not known else f"{s.key}@{p.prefix[-1]}"
-
-
-def _time(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, UTC)
 
 
 def _orphan(info: ThreadInfo) -> bool:
