@@ -115,6 +115,7 @@ class History:
         parent_id: str | None,
         status: Status,
         messages: Sequence[NewMessage],
+        source_key: str | None = None,
     ) -> ThreadInfo:
         """``Store.fork`` inside its transaction: the fork point checked, one thread row."""
         src = _threads.get(tx, source_id)
@@ -136,6 +137,7 @@ class History:
             system_prompt=src.system_prompt,
             tools=list(src.tools),
             model=src.model,
+            source_key=source_key,
         )
         return _threads.get(tx, fork_id)
 

@@ -16,7 +16,7 @@ from . import _outputs, _search, _threads
 from ._invariants import check_append
 from ._ledger import INSERT_USAGE, usage_row
 from ._outputs import OutputFile
-from ._sqlite import Tx, json_value, utcnow
+from ._sqlite import Tx, as_utc, json_value, utcnow
 from .errors import InvariantError, LeaseLost, StoreError, ThreadNotFound
 from .models import CONTENT_FORMAT, Message, NewMessage, ThreadInfo, UsageRecord
 from .refs import format_ref
@@ -53,14 +53,18 @@ def rows_of(
     msgs: Sequence[NewMessage],
     now: datetime,
     encoded: list[tuple[str, str]] | None = None,
+    times: Sequence[datetime | None] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Message]]:
-    """The ``messages`` rows of ``msgs``, their search rows, and the stored models."""
+    """The ``messages`` rows of ``msgs``, their search rows, and the stored models; ``times``:
+    each message's own time (None: ``now``), one a message."""
     stamp = tx.time(now)
     rows: list[dict[str, Any]] = []
     texts: list[dict[str, Any]] = []
     out: list[Message] = []
     for i, (m, (content, text)) in enumerate(zip(msgs, encoded or encode(msgs), strict=True)):
         seq = first_seq + i
+        own = times[i] if times is not None else None
+        at = now if own is None else as_utc(own)
         rows.append(
             {
                 "thread_id": thread_id,
@@ -68,13 +72,13 @@ def rows_of(
                 "role": m.role,
                 "content": content,
                 "format": CONTENT_FORMAT,
-                "created_at": stamp,
+                "created_at": stamp if own is None else tx.time(at),
             }
         )
         texts.append({"text": text, "thread_id": thread_id, "seq": seq})
         out.append(
             Message.model_construct(
-                thread_id=thread_id, seq=seq, role=m.role, content=list(m.content), created_at=now
+                thread_id=thread_id, seq=seq, role=m.role, content=list(m.content), created_at=at
             )
         )
     return rows, texts, out
@@ -125,6 +129,8 @@ class PendingAppend:
     files: Mapping[str, OutputFile] | None = None
     encoded: list[tuple[str, str]] | None = None
     """``encode(messages)``, done before the transaction (None: done in it)."""
+    times: Sequence[datetime | None] | None = None
+    """Each message's own time (``Store.append(times=…)``); None: the transaction's."""
 
 
 def admit(
@@ -194,7 +200,7 @@ def apply_appends(tx: Tx, batch: list[PendingAppend]) -> list[list[Message] | St
             except InvariantError as err:
                 outcomes.append(InvariantError(f"{format_ref(p.thread_id)}: {err}"))
                 continue
-        rows, texts, out = rows_of(tx, p.thread_id, head + 1, msgs, now, encoded)
+        rows, texts, out = rows_of(tx, p.thread_id, head + 1, msgs, now, encoded, p.times)
         msg_rows.extend(rows)
         text_rows.extend(texts)
         if p.usage is not None:

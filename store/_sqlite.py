@@ -123,6 +123,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def as_utc(when: datetime) -> datetime:
+    """An aware UTC datetime (a naive one is taken to be UTC already)."""
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
 def sqlite_time(when: datetime) -> str:
     """A UTC datetime as SQLite keeps it (naive UTC text, as SQLAlchemy stored it)."""
     return f"{when:%Y-%m-%d %H:%M:%S.%f}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import operator
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from typing import Any
 
 from . import _dispatches, _messages, _outputs, _search, _threads
@@ -26,7 +27,7 @@ from ._ledger import Ledger
 from ._liveness import as_seen
 from ._outputs import OutputFile
 from ._readsql import every_id, row_limit, thread_row
-from ._sqlite import Tx, utcnow
+from ._sqlite import Tx, as_utc, utcnow
 from ._writer import Writer
 from .errors import ThreadNotFound
 from .models import (
@@ -40,7 +41,15 @@ from .models import (
     ToolResultBlock,
     UsageRecord,
 )
-from .refs import ResolvedRef, ThreadRef, anchor_range, format_ref, new_id, shortest_refs
+from .refs import (
+    ResolvedRef,
+    ThreadRef,
+    anchor_range,
+    format_ref,
+    id_at,
+    new_id,
+    shortest_refs,
+)
 
 
 class Store:
@@ -94,13 +103,18 @@ class Store:
         status: Status = Status.IDLE,
         messages: Sequence[NewMessage] = (),
         thread_id: str | None = None,
+        created_at: datetime | None = None,
+        source_key: str | None = None,
     ) -> ThreadInfo:
         """A new thread (a root of its own job unless ``job_id``/``parent_id`` say otherwise),
-        with ``messages`` appended in the same transaction."""
+        with ``messages`` appended in the same transaction. ``created_at``: when it began
+        elsewhere (an imported session), its time and its id's (listings sort by id) instead
+        of now. ``source_key``: the source it stands for, one thread a key (``SourceTaken``
+        names the thread holding it)."""
         check_append((), 0, messages)  # refuse bad messages before touching the database
-        now = utcnow()
+        now = utcnow() if created_at is None else as_utc(created_at)
         values = {
-            "id": thread_id or new_id(),
+            "id": thread_id or (new_id() if created_at is None else id_at(now)),
             "kind": str(Kind(kind)),
             "title": title,
             "status": str(status),
@@ -108,6 +122,7 @@ class Store:
             "system_prompt": system_prompt,
             "tools": list(tools),
             "model": model,
+            "source_key": source_key,
         }
         return await self._writer.run(
             lambda tx: _messages.create(
@@ -132,6 +147,7 @@ class Store:
         usage: UsageRecord | None = None,
         lease_owner: str | None = None,
         output_files: Mapping[str, OutputFile] | None = None,
+        times: Sequence[datetime | None] | None = None,
     ) -> list[Message]:
         """Append messages (numbered after the thread's head) in one transaction, with the
         usage row of the model response that produced them. Returns the stored messages once
@@ -142,12 +158,21 @@ class Store:
         when the pairing invariant would break; nothing of that call is stored then. With
         ``lease_owner``, the same transaction checks that this owner still holds an unexpired
         lease on the thread, and raises ``LeaseLost`` (storing nothing of that call) when it does
-        not; other appends of the same batch still commit (``_writer``: group commit)."""
+        not; other appends of the same batch still commit (``_writer``: group commit).
+        ``times``: each message's own time, one a message (an imported session's messages
+        keep their source's); None, or a None item: the transaction's."""
         batch = [msgs] if isinstance(msgs, NewMessage) else list(msgs)
         if not batch:
             return []
+        if times is not None and len(times) != len(batch):
+            raise ValueError(f"{len(times)} times for {len(batch)} messages")
         return await self._writer.append(
-            thread_id, batch, usage=usage, lease_owner=lease_owner, output_files=output_files
+            thread_id,
+            batch,
+            usage=usage,
+            lease_owner=lease_owner,
+            output_files=output_files,
+            times=times,
         )
 
     # ----------------------------------------------------------------- reading messages
@@ -260,12 +285,20 @@ class Store:
         parent_id: str | None = None,
         status: Status = Status.IDLE,
         messages: Sequence[NewMessage] = (),
+        created_at: datetime | None = None,
+        source_key: str | None = None,
     ) -> ThreadInfo:
         """A new thread sharing ``source_id``'s history up to message ``at`` (default: its end).
 
         Stores one thread row and no message rows, whatever the history's length. Refuses a
-        point between a tool_use and its result, naming the nearest valid points."""
-        fork_id, now = new_id(), utcnow()
+        point between a tool_use and its result, naming the nearest valid points.
+        ``created_at`` and ``source_key`` as for ``create_thread`` (a branch of an imported
+        session)."""
+        if created_at is None:
+            fork_id, now = new_id(), utcnow()
+        else:
+            now = as_utc(created_at)
+            fork_id = id_at(now)
         return await self._writer.run(
             lambda tx: self._history.fork(
                 tx,
@@ -277,6 +310,7 @@ class Store:
                 parent_id=parent_id,
                 status=status,
                 messages=messages,
+                source_key=source_key,
             ),
             where="forking a thread",
         )

@@ -47,10 +47,14 @@ threads = sa.Table(
     sa.Column("lease_expires_at", TS, nullable=True),
     sa.Column("created_at", TS, nullable=False),
     sa.Column("updated_at", TS, nullable=False),
+    # the source an imported thread stands for (NULL for threadloom's own): unique, so two
+    # imports of one session at once cannot both create its thread (migration 0005)
+    sa.Column("source_key", sa.Text, nullable=True),
     sa.Index(None, "job_id"),
     sa.Index(None, "parent_id"),
     sa.Index(None, "forked_from_id"),
     sa.Index(None, "status"),
+    sa.Index(None, "source_key", unique=True),
 )
 
 # append-only in the database too: migration 0003 adds triggers rejecting UPDATE and DELETE (and,

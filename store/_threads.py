@@ -17,7 +17,7 @@ from ._liveness import as_seen
 from ._readsql import THREAD_SELECT
 from ._redact import redact
 from ._sqlite import Tx, as_time, json_value, utcnow
-from .errors import LeaseLost, StatusError, ThreadNotFound
+from .errors import LeaseLost, SourceTaken, StatusError, ThreadNotFound
 from .models import ForkOrigin, Kind, Result, Status, ThreadInfo
 from .refs import format_ref
 
@@ -81,7 +81,14 @@ def job_of(tx: Tx, thread_id: str) -> str:
 
 
 def insert(tx: Tx, now: datetime, *, head_seq: int, pending: Sequence[str], **values: Any) -> None:
-    """One thread row (``_messages.new_thread`` writes it with its first messages)."""
+    """One thread row (``_messages.new_thread`` writes it with its first messages);
+    ``SourceTaken`` when a thread already stands for its ``source_key`` (the column's unique
+    index is the guarantee; this names the thread that holds it)."""
+    key = values.get("source_key")
+    if key is not None:
+        held = tx.fetchone("SELECT id FROM threads WHERE source_key = :k", {"k": key})
+        if held is not None:
+            raise SourceTaken(f"{format_ref(held[0])} already stands for {key}", held[0])
     stamp = tx.time(now)
     row = {
         **values,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from ._engine import Database, finish_uncancelled
@@ -52,12 +53,13 @@ class Writer:
         usage: UsageRecord | None,
         lease_owner: str | None,
         output_files: Mapping[str, OutputFile] | None,
+        times: Sequence[datetime | None] | None = None,
     ) -> list[Message]:
         """Queue one append for the next group commit and wait until it is committed (or
         refused: its error is raised here, and the others of its batch still commit)."""
         loop = asyncio.get_running_loop()
         item = PendingAppend(
-            thread_id, msgs, usage, loop.create_future(), lease_owner, output_files
+            thread_id, msgs, usage, loop.create_future(), lease_owner, output_files, times=times
         )
         if not needs_apart(msgs, output_files):
             item.encoded = encode(msgs)  # while the transaction before it runs

@@ -9,6 +9,7 @@
     │   └── ForkPointError         a fork point between a tool_use and its result, or out of range
     ├── StatusError                a transition the thread state machine does not allow
     ├── ConcurrencyError           a stale version: someone else wrote the thread first
+    │   └── SourceTaken            a thread already stands for this source (another import)
     ├── LeaseHeld                  another runner owns the thread
     │   └── LeaseLost              an append by a runner whose lease expired or was taken over
     ├── DatabaseError              the database failed (translated from the driver at one boundary)
@@ -37,6 +38,7 @@ __all__ = [
     "RefError",
     "RefSyntaxError",
     "SearchQueryError",
+    "SourceTaken",
     "StatusError",
     "StoreError",
     "ThreadNotFound",
@@ -79,6 +81,15 @@ class StatusError(StoreError):
 
 class ConcurrencyError(StoreError):
     pass
+
+
+class SourceTaken(ConcurrencyError):
+    """A thread for this source (``source_key``) exists already — another import created it:
+    ``thread_id`` is that thread."""
+
+    def __init__(self, message: str, thread_id: str) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
 
 
 class LeaseHeld(StoreError):

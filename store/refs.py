@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from .errors import RefSyntaxError, ThreadNotFound
@@ -49,6 +50,14 @@ def _encode(value: int, length: int) -> str:
         chars.append(_ALPHABET[value & 31])
         value >>= 5
     return "".join(reversed(chars))
+
+
+def id_at(when: datetime) -> str:
+    """A new id that sorts at ``when`` (a thread imported with its source's time: listings,
+    which go by id, then sort it where it happened), its random part fresh."""
+    ms = int(when.timestamp() * 1000)
+    rand = int.from_bytes(os.urandom(10), "big") & ((1 << _RANDOM_BITS) - 1)
+    return _encode(max(ms, 0), 10) + _encode(rand, 16)
 
 
 def new_id() -> str:

@@ -25,7 +25,7 @@ from typing import Any
 from store import Store
 
 from . import claude_code, codex
-from ._draft import COMPACTION_MARK, NO_RESULT, Branch, Session
+from ._draft import COMPACTION_MARK, NO_RESULT, Branch, Session, paused_collector
 from ._lines import Confine, confine, confined, head_objects, stat_of
 from ._writer import Writer, Written, ordered
 
@@ -252,23 +252,25 @@ async def import_sessions(
     (``Store.exclusive``): what is stored is read, and what is missing created, with no other
     import in between — two at once make each thread once."""
     async with store.exclusive("import"):
-        writer = Writer(store, title=title)
-        # a title given is applied to what is stored too: every file is read then
-        known = await writer.unchanged_files() if title is None else None
-        named = await writer.names()
-        report = ImportReport()
-        for batch in batches(path, fmt, report, known=known, named=named):
-            report.threads += await writer.write([s for s in batch if s.branches], adopt=False)
-        report.threads = await writer.adopted(report.threads)
-        report.threads += await writer.threads_of(report.unchanged)
-        return report
+        with paused_collector():
+            writer = Writer(store, title=title)
+            # a title given is applied to what is stored too: every file is read then
+            known = await writer.unchanged_files() if title is None else None
+            named = await writer.names()
+            report = ImportReport()
+            for batch in batches(path, fmt, report, known=known, named=named):
+                report.threads += await writer.write([s for s in batch if s.branches], adopt=False)
+            report.threads = await writer.adopted(report.threads)
+            report.threads += await writer.threads_of(report.unchanged)
+            return report
 
 
 async def write_sessions(
     store: Store, sessions: Iterable[Session], *, title: str | None = None
 ) -> list[Written]:
     async with store.exclusive("import"):
-        return await Writer(store, title=title).write([s for s in sessions if s.branches])
+        with paused_collector():
+            return await Writer(store, title=title).write([s for s in sessions if s.branches])
 
 
 __all__ = [

@@ -16,11 +16,15 @@ order of the conversation and gives back messages that ``check_append`` accepts:
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import hashlib
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from store import (
@@ -33,6 +37,8 @@ from store import (
     Usage,
     UsageRecord,
 )
+
+from ._lines import first_text
 
 Block = TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock
 
@@ -52,6 +58,11 @@ class Branch:
     messages: list[NewMessage]
     usage: dict[int, UsageRecord] = field(default_factory=dict)
     label: str = ""
+    times: list[datetime | None] = field(default_factory=list)
+    """Each message's time at the source (None: unknown), one a message when given."""
+
+    def time(self, i: int) -> datetime | None:
+        return self.times[i] if i < len(self.times) else None
 
 
 @dataclass
@@ -89,13 +100,18 @@ class _Raw:
     usage: UsageRecord | None = None
     turn: bool = False
     alone: bool = False
+    at: int | None = None
 
 
 class Builder:
-    """Raw turns in conversation order in, invariant-keeping messages out (``messages()``)."""
+    """Raw turns in conversation order in, invariant-keeping messages out (``messages()``).
+
+    ``at``: the source's time (ms since the epoch) of the line being read, set by the parser
+    before each line; a turn keeps the time of its first line, and so does its message."""
 
     def __init__(self) -> None:
         self._raw: list[_Raw] = []
+        self.at: int | None = None
 
     def user(
         self, blocks: Sequence[Block], *, turn: bool | None = None, alone: bool = False
@@ -106,7 +122,7 @@ class Builder:
         if blocks:
             if turn is None:
                 turn = any(isinstance(b, TextBlock) for b in blocks)
-            self._raw.append(_Raw("user", list(blocks), turn=turn, alone=alone))
+            self._raw.append(_Raw("user", list(blocks), turn=turn, alone=alone, at=self.at))
 
     def assistant(
         self,
@@ -130,7 +146,7 @@ class Builder:
                 if not all(isinstance(b, ToolResultBlock) for b in r.blocks):
                     break
         if blocks or usage is not None:
-            self._raw.append(_Raw("assistant", list(blocks), msg_id, usage))
+            self._raw.append(_Raw("assistant", list(blocks), msg_id, usage, at=self.at))
 
     def usage_for_last_assistant(self, usage: UsageRecord) -> bool:
         """Add ``usage`` to the newest assistant turn (a source that reports usage apart from
@@ -148,22 +164,35 @@ class Builder:
         """A copy holding the same turns (for a branch that is abandoned later)."""
         other = Builder()
         other._raw = [
-            _Raw(r.role, list(r.blocks), r.msg_id, r.usage, r.turn, r.alone) for r in self._raw
+            _Raw(r.role, list(r.blocks), r.msg_id, r.usage, r.turn, r.alone, r.at)
+            for r in self._raw
         ]
         return other
 
     def truncate(self, n: int) -> None:
         del self._raw[n:]
 
+    def requests(self) -> list[str]:
+        """The text of each user turn a person wrote, in order (what ``request_title`` reads)."""
+        return [
+            "\n".join(b.text for b in r.blocks if isinstance(b, TextBlock))
+            for r in self._raw
+            if r.role == "user" and r.turn
+        ]
+
     def user_turn_starts(self) -> list[int]:
         """Indices of the raw user turns a person wrote (not tool results, not context)."""
         return [i for i, r in enumerate(self._raw) if r.role == "user" and r.turn]
 
     def branch(self, label: str = "") -> Branch:
-        msgs, usage = self.messages()
-        return Branch(msgs, usage, label)
+        msgs, usage, times = self.messages()
+        return Branch(msgs, usage, label, times)
 
-    def messages(self) -> tuple[list[NewMessage], dict[int, UsageRecord]]:
+    def messages(
+        self,
+    ) -> tuple[list[NewMessage], dict[int, UsageRecord], list[datetime | None]]:
+        """The messages, the usage row of each assistant message that has one (by index), and
+        each message's source time."""
         merged: list[_Raw] = []
         for r in self._raw:
             if not r.blocks and r.usage is None:
@@ -174,29 +203,40 @@ class Builder:
                 if r.usage is not None:
                     last.usage = r.usage if last.usage is None else _add(last.usage, r.usage)
             else:
-                merged.append(_Raw(r.role, list(r.blocks), r.msg_id, r.usage, alone=r.alone))
+                merged.append(
+                    _Raw(r.role, list(r.blocks), r.msg_id, r.usage, alone=r.alone, at=r.at)
+                )
         out: list[NewMessage] = []
         usage: dict[int, UsageRecord] = {}
+        times: list[datetime | None] = []
         pending: list[str] = []
         for r in merged:
+            at = source_time(r.at)
             if r.role == "assistant":
                 blocks = _dedupe_calls(r.blocks)
                 if not blocks:
                     continue
                 if pending:  # an answered-nothing gap cannot happen after merging; be safe
                     out.append(_answer(pending, []))
+                    times.append(at)
                 if not out:
                     out.append(NewMessage.user(OPENS_WITH_ASSISTANT))
+                    times.append(at)
                 if r.usage is not None:
                     usage[len(out)] = r.usage
                 out.append(NewMessage(role="assistant", content=blocks))
+                times.append(at)
                 pending = [b.id for b in blocks if isinstance(b, ToolUseBlock)]
             else:
-                msg = _answer(pending, r.blocks)
+                out.append(_answer(pending, r.blocks))
+                times.append(at)
                 pending = []
-                if msg is not None:
-                    out.append(msg)
-        return out, usage
+        return out, usage, times
+
+
+def source_time(ms: int | None) -> datetime | None:
+    """A source's time (ms since the epoch) as the store takes it."""
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
 
 
 def _answer(pending: Sequence[str], blocks: Sequence[Block]) -> NewMessage:
@@ -271,13 +311,17 @@ def _rates(model: str) -> tuple[float, float, float, float]:
     )
 
 
-def fingerprint(message: NewMessage) -> str:
+def fingerprint(message: NewMessage, *, outputs: bool = True) -> str:
     """A digest of a message as the store keeps it, whether its outputs are inline or stored
     apart (an output counts by the SHA-256 of its whole text, which a stored-apart block
-    carries), so a re-import can tell what it already wrote without reading outputs back."""
+    carries), so a re-import can tell what it already wrote without reading outputs back.
+    ``outputs=False`` leaves tool results' text and error flag out: how an older mapping
+    (``_writer.MAPPING``) stored the same results does not count."""
     parts: list[Any] = [message.role]
     for b in message.content:
-        if isinstance(b, ToolResultBlock):
+        if isinstance(b, ToolResultBlock) and not outputs:
+            parts.append(["tool_result", b.tool_use_id])
+        elif isinstance(b, ToolResultBlock):
             sha = (
                 b.stored.sha256
                 if b.stored is not None
@@ -309,3 +353,70 @@ def fork_point(messages: Sequence[NewMessage], n: int) -> int:
     while n > 0 and messages[n - 1].tool_uses():
         n -= 1
     return n
+
+
+CONTEXT_PREFIXES = (
+    "<environment_context>",
+    "<user_instructions>",
+    "<permissions",
+    "# AGENTS.md instructions",
+    "<INSTRUCTIONS>",
+    "Caveat: The messages below were generated by the user while running local commands",
+    "<local-command-stdout>",
+    "<local-command-stderr>",
+    "[Request interrupted by user",
+)
+"""How the user-role text a CLI writes for itself begins (Codex's environment and AGENTS.md
+blocks, Claude Code's local-command caveat and output, an interruption's note): context the
+model saw, not a request a person typed."""
+_IDE_REQUEST = "## My request for Codex:"
+_COMMAND = re.compile(r"<command-name>\s*/?([^<]*?)\s*</command-name>")
+_COMMAND_ARGS = re.compile(r"<command-args>(.*?)</command-args>", re.S)
+
+
+def request_title(texts: Iterable[str]) -> str:
+    """A title from a conversation's user turns: the first request a person wrote — not
+    context the CLI wrote (``CONTEXT_PREFIXES``), the request of a Codex IDE turn (after its
+    ``## My request for Codex:``), a Claude Code slash command as ``/name args`` (one without
+    arguments only when nothing else was asked) — shortened to one line; "" when none."""
+    bare = ""
+    for text in texts:
+        text = text.strip()
+        if not text or text.startswith(CONTEXT_PREFIXES):
+            continue
+        if _IDE_REQUEST in text:
+            text = text.split(_IDE_REQUEST, 1)[1].strip()
+        command = _COMMAND.search(text)
+        if command is not None:
+            found = _COMMAND_ARGS.search(text)
+            args = found.group(1).strip() if found else ""
+            if not args:
+                bare = bare or f"/{command.group(1)}"
+                continue
+            text = f"/{command.group(1)} {args}"
+        if text:
+            return first_text([NewMessage.user(text)])
+    return bare
+
+
+_PAUSES = [0]
+
+
+@contextlib.contextmanager
+def paused_collector() -> Iterator[None]:
+    """The cyclic garbage collector off for an import (restored after the last of overlapping
+    ones): parsing and writing a session allocates millions of objects that stay alive until
+    it is written — parsed lines, blocks, messages — and hold no cycles, and the collector's
+    passes over them were a third of an import's time (``tests/benchmarks/bench_import.py``).
+    Reference counting still frees everything as usual; only cycles wait for the end."""
+    if _PAUSES[0] == 0 and not gc.isenabled():
+        yield  # someone else turned it off: theirs to turn on
+        return
+    _PAUSES[0] += 1
+    gc.disable()
+    try:
+        yield
+    finally:
+        _PAUSES[0] -= 1
+        if _PAUSES[0] == 0:
+            gc.enable()

@@ -31,12 +31,13 @@ import asyncio
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, TypeVar
 
-from store import Kind, NewMessage, Store, ThreadInfo, UsageRecord, format_ref
+from store import Kind, NewMessage, SourceTaken, Store, ThreadInfo, UsageRecord, format_ref
 
 from ..views import source_json
-from ._draft import Branch, Session, common_prefix, fingerprint, fork_point
+from ._draft import Branch, Session, common_prefix, fingerprint, fork_point, source_time
 
 
 @dataclass
@@ -56,6 +57,16 @@ class _Known:
     head: int
     digest: str | None
     prints: list[str] | None = None
+    legacy: bool = False
+    """Imported by an older ``MAPPING``: compared by ``fingerprint(outputs=False)``."""
+
+
+MAPPING = 2
+"""What a source line becomes, by version, kept with each import (``imported.mapping``): 2 stores
+Codex's JSON-string outputs as text with their exit status, titles threads with the first
+request a person wrote, keeps the source's times. A thread of an older mapping has its file
+read again (its title follows the new rule) and is matched without its outputs' text, so it is
+extended, not forked, where only the way its outputs were stored changed."""
 
 
 @dataclass
@@ -88,20 +99,9 @@ class Writer:
         if self._index is None:
             index: dict[str, list[_Known]] = {}
             for t in await self.store.list_threads(oldest_first=True):
-                src = (t.task or {}).get("source")
-                if not isinstance(src, dict) or not isinstance(src.get("key"), str):
-                    continue
-                imp = src.get("imported")
-                imp = imp if isinstance(imp, dict) else {}
-                head = imp.get("messages")
-                dig = imp.get("digest")
-                index.setdefault(src["key"], []).append(
-                    _Known(
-                        t,
-                        head if isinstance(head, int) else -1,
-                        dig if isinstance(dig, str) and head == t.head_seq else None,
-                    )
-                )
+                found = _known_of(t)
+                if found is not None:
+                    index.setdefault(found[0], []).append(found[1])
             self._index = index
         return self._index
 
@@ -151,11 +151,22 @@ class Writer:
         return adopted
 
     async def write_session(self, s: Session) -> list[Written]:
+        """Write one session's branches; when another import creates one of its threads
+        first (``SourceTaken``: the database keeps one thread a source key), that import is
+        writing the session: its thread is reported, and the rest left to it."""
         index = await self._known()
         known = index.setdefault(s.key, [])
         out: list[Written] = []
         for n, branch in enumerate(s.branches):
-            written = await self._place(s, n, branch, known, index)
+            try:
+                written = await self._place(s, n, branch, known, index)
+            except SourceTaken as taken:
+                info = await self.store.get_thread(taken.thread_id)
+                found = _known_of(info)
+                k = found[1] if found is not None else _Known(info, -1, None)
+                known.append(k)
+                out.append(self._written(k, 0))
+                break
             if written is not None:
                 out.append(written)
         return out
@@ -183,14 +194,20 @@ class Writer:
         if not candidates and s.fork_parent_key is not None:
             candidates = list(index.get(s.fork_parent_key, []))
         shared, origin = 0, None
+        loose: list[str] | None = None
         for k in candidates:
             if k.prints is None:
-                k.prints = [fingerprint(m) for m in await self.store.messages(k.info.id)]
+                stored = await self.store.messages(k.info.id)
+                k.prints = [fingerprint(m, outputs=not k.legacy) for m in stored]
                 self._holding.append(k)
-            lcp = common_prefix(k.prints, p.prints)
+            if k.legacy:
+                loose = loose or [fingerprint(m, outputs=False) for m in branch.messages]
+            lcp = common_prefix(k.prints, loose if k.legacy and loose else p.prints)
             if lcp > shared:
                 shared, origin = lcp, k
         if origin is not None and shared == total:  # every message of it is stored already
+            if origin.legacy and origin in known and shared == len(origin.prints or ()):
+                return await self._extend(s, origin, branch, p, shared, main=n == 0)
             return self._written(origin, 0) if origin in known else None
         if origin is not None and origin in known and shared == len(origin.prints or ()):
             return await self._extend(s, origin, branch, p, shared, main=n == 0)
@@ -200,7 +217,13 @@ class Writer:
         assert origin is not None
         label = branch.label or "fork"
         suffix = f" ({label})" if origin in known else ""
-        info = await self.store.fork(origin.info.id, at=at, title=s.title + suffix)
+        info = await self.store.fork(
+            origin.info.id,
+            at=at,
+            title=s.title + suffix,
+            created_at=branch.time(at),
+            source_key=_source_key(s, p, known),
+        )
         if origin not in known:
             label = branch.label
         return await self._new(s, info, branch, p, at, known, label=label, suffix=suffix)
@@ -224,7 +247,11 @@ class Writer:
             suffix = f" ({branch.label or 'branch'})"
             title = s.title + suffix
             parent = known[0].info
+        first = branch.time(0)
+        began = first if known else source_time(s.created_ms) or first
         info = await self.store.create_thread(
+            created_at=began,
+            source_key=_source_key(s, p, known),
             kind=s.kind,
             title=title,
             parent_id=parent.id if parent else None,
@@ -285,10 +312,12 @@ class Writer:
             k.info = await self.store.update_thread(k.info.id, task=task, title=title)
         if new:
             usage = {i - start: u for i, u in branch.usage.items() if i >= start}
-            await self._append(k.info.id, new, usage)
+            times = [branch.time(i) for i in range(start, total)]
+            await self._append(k.info.id, new, usage, times)
             k.info = await self.store.get_thread(k.info.id)
         k.head, k.digest, k.prints = total, p.prefix[total], list(p.prints)
         self._holding.append(k)
+        k.legacy = False
         return self._written(k, len(new))
 
     @staticmethod
@@ -323,7 +352,11 @@ class Writer:
         src: dict[str, Any] = {**s.source, "key": s.key}
         if label:
             src["branch"] = label
-        imported: dict[str, Any] = {"messages": total, "digest": p.prefix[total]}
+        imported: dict[str, Any] = {
+            "messages": total,
+            "digest": p.prefix[total],
+            "mapping": MAPPING,
+        }
         if s.stat is not None:
             imported["stat"] = s.stat
         imported["title"] = s.title
@@ -348,6 +381,9 @@ class Writer:
                     continue
                 if k.digest is None or not isinstance(stat, list) or out.get(path, stat) != stat:
                     bad.add(path)
+                    continue
+                if k.legacy:
+                    bad.add(path)  # imported by an older mapping: read to title it anew
                     continue
                 if _orphan(k.info) and "parent_key" not in (src.get("imported") or {}):
                     bad.add(path)  # imported before parent keys were kept: read to learn it
@@ -378,27 +414,56 @@ class Writer:
         ]
 
     async def _append(
-        self, thread_id: str, msgs: Sequence[NewMessage], usage: dict[int, UsageRecord]
+        self,
+        thread_id: str,
+        msgs: Sequence[NewMessage],
+        usage: dict[int, UsageRecord],
+        times: Sequence[datetime | None],
     ) -> None:
-        """``msgs`` in pieces that each end at a message with a usage row (the store ties a
-        usage row to the last assistant message of its append), issued at once so the store's
-        group commit writes them together, in order."""
-        pieces: list[tuple[list[NewMessage], UsageRecord | None]] = []
+        """``msgs`` (with their source ``times``) in pieces that each end at a message with a
+        usage row (the store ties a usage row to the last assistant message of its append),
+        issued at once so the store's group commit writes them together, in order."""
+        pieces: list[tuple[list[NewMessage], UsageRecord | None, list[datetime | None]]] = []
         cur: list[NewMessage] = []
+        start = 0
         for i, m in enumerate(msgs):
             cur.append(m)
             if i in usage:
-                pieces.append((cur, usage[i]))
-                cur = []
+                pieces.append((cur, usage[i], list(times[start : i + 1])))
+                cur, start = [], i + 1
         if cur:
-            pieces.append((cur, None))
+            pieces.append((cur, None, list(times[start:])))
         results = await asyncio.gather(
-            *(self.store.append(thread_id, ms, usage=u) for ms, u in pieces),
+            *(self.store.append(thread_id, ms, usage=u, times=ts) for ms, u, ts in pieces),
             return_exceptions=True,
         )
         for r in results:
             if isinstance(r, BaseException):
                 raise r
+
+
+def _known_of(t: ThreadInfo) -> tuple[str, _Known] | None:
+    """An imported thread's source key and what is known of it (None: not imported)."""
+    src = (t.task or {}).get("source")
+    if not isinstance(src, dict) or not isinstance(src.get("key"), str):
+        return None
+    imp = src.get("imported")
+    imp = imp if isinstance(imp, dict) else {}
+    head = imp.get("messages")
+    dig = imp.get("digest")
+    return src["key"], _Known(
+        t,
+        head if isinstance(head, int) else -1,
+        dig if isinstance(dig, str) and head == t.head_seq else None,
+        legacy=imp.get("mapping") != MAPPING,
+    )
+
+
+def _source_key(s: Session, p: _Prints, known: list[_Known]) -> str:
+    """The ``source_key`` of a new thread of ``s``: the session's key for its first thread,
+    the key and the digest of the branch it is created for for each other one (two imports
+    creating the same branch at once give the same key, and one of them is refused)."""
+    return s.key if not known else f"{s.key}@{p.prefix[-1]}"
 
 
 def _orphan(info: ThreadInfo) -> bool:

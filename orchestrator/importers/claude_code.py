@@ -36,12 +36,19 @@ from typing import Any
 
 from store import Kind, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock, Usage
 
-from ._draft import COMPACTION_MARK, Block, Branch, Builder, Session, usage_record
+from ._draft import (
+    COMPACTION_MARK,
+    Block,
+    Branch,
+    Builder,
+    Session,
+    request_title,
+    usage_record,
+)
 from ._lines import (
     MAX_OUTPUT,
     JsonLines,
     confine,
-    first_text,
     iso_ms,
     placeholder,
     raw_lines,
@@ -191,7 +198,7 @@ def _session(
     branches = chain.branches()
     # Claude Code names a session's file by its id; lines read from elsewhere carry it
     sid = session_id or (path.stem if path.suffix == ".jsonl" else lines_sid) or path.stem
-    first = first_text(branches[0].messages) if branches else ""
+    first = chain.conv.first_request
     title = titles.get("custom") or titles.get("summary") or first or f"claude-code {sid}"
     source: dict[str, Any] = {"format": FORMAT, "session_id": sid, "path": str(path)}
     if unmodeled:
@@ -340,6 +347,8 @@ class _Converter:
         self.more_dirs: list[Path] = []  # sessions whose history this one goes on from
         self.unmodeled = unmodeled
         self._outputs: dict[str, str | None] = {}
+        self.first_request = ""
+        """The title ``request_title`` gives the first branch converted (the main line)."""
 
     def branch(self, entries: list[dict[str, Any]], *, label: str) -> Branch:
         b = Builder()
@@ -347,16 +356,21 @@ class _Converter:
             msg = e.get("message")
             if not isinstance(msg, dict):
                 continue
+            b.at = iso_ms(e.get("timestamp"))
             if e.get("type") == "user":
                 blocks = self.blocks(msg.get("content"))
                 if e.get("isCompactSummary") and blocks:
                     text = "\n".join(x.text for x in blocks if isinstance(x, TextBlock))
                     b.user([TextBlock(text=f"{COMPACTION_MARK}\n{text}")], turn=False, alone=True)
                     continue
-                b.user(blocks)
+                # a meta line (a command's expanded prompt, the local-command caveat) is the
+                # CLI's, not a person's turn
+                b.user(blocks, turn=False if e.get("isMeta") else None)
             elif e.get("type") == "assistant":
                 mid = msg.get("id") if isinstance(msg.get("id"), str) else None
                 b.assistant(self.blocks(msg.get("content")), msg_id=mid, usage=_usage(msg))
+        if not label:
+            self.first_request = request_title(b.requests())
         return b.branch(label)
 
     def blocks(self, content: Any) -> list[Block]:

@@ -25,18 +25,27 @@ Anything else is counted in ``source.unmodeled``; a line that is not JSON is ski
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from store import Kind, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock, Usage
+from store import Effects, Kind, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock, Usage
 
-from ._draft import COMPACTION_MARK, Block, Branch, Builder, Session, usage_record
+from ._draft import (
+    COMPACTION_MARK,
+    CONTEXT_PREFIXES,
+    Block,
+    Branch,
+    Builder,
+    Session,
+    request_title,
+    usage_record,
+)
 from ._lines import (
     JsonLines,
     confine,
-    first_text,
     head_objects,
     iso_ms,
     placeholder,
@@ -45,7 +54,6 @@ from ._lines import (
 
 FORMAT = "codex"
 _KINDS = ("session_meta", "response_item", "event_msg", "turn_context", "compacted")
-_CONTEXT_PREFIXES = ("<environment_context>", "<user_instructions>", "<permissions")
 _ECHO_EVENTS = frozenset(
     {"user_message", "agent_message", "agent_reasoning", "agent_reasoning_raw_content"}
 )
@@ -74,6 +82,7 @@ class _Rollout:
         self.exec_results: dict[str, dict[str, Any]] = {}
         self.last_total: Any = None
         self.name: str | None = None
+        self.user_items = False
 
     def session(self) -> Session:
         objs = self.data.objects
@@ -83,8 +92,11 @@ class _Rollout:
                 continue
             if str(p.get("type", "")).endswith("_output") and isinstance(p.get("call_id"), str):
                 self.answered.add(p["call_id"])
+            elif p.get("type") == "message" and p.get("role") == "user":
+                self.user_items = True
         for o in objs:
             p = o.get("payload")
+            self.b.at = iso_ms(o.get("timestamp"))
             if not isinstance(p, dict):
                 self.unmodeled[f"line:{o.get('type')}"] += 1
                 continue
@@ -112,7 +124,7 @@ class _Rollout:
         if self.unmodeled:
             source["unmodeled"] = dict(sorted(self.unmodeled.items()))
         forked = self.meta.get("forked_from_id")
-        title = self.name or first_text(main.messages) or f"codex {sid}"
+        title = self.name or request_title(self.b.requests()) or f"codex {sid}"
         if self.name:
             source["thread_name"] = self.name
         if kind == Kind.WORKER and isinstance(source.get("agent_nickname"), str):
@@ -163,14 +175,14 @@ class _Rollout:
                 if not out:
                     out = "".join(str(p.get(k) or "") for k in ("stdout", "stderr"))
                 code = p.get("exit_code")
+                self.b.user([_result(call, str(out), False, _int(code))])
+        elif t == "user_message" and not self.user_items:
+            # Codex Desktop (0.128) writes a person's prompt only as this event: no
+            # response_item repeats it, so it is the turn itself
+            text = p.get("message")
+            if isinstance(text, str) and text.strip():
                 self.b.user(
-                    [
-                        ToolResultBlock(
-                            tool_use_id=call,
-                            content=str(out),
-                            is_error=isinstance(code, int) and code != 0,
-                        )
-                    ]
+                    [TextBlock(text=text)], turn=not text.lstrip().startswith(CONTEXT_PREFIXES)
                 )
         elif t == "thread_rolled_back":
             self._rolled_back(p.get("num_turns"))
@@ -237,8 +249,7 @@ class _Rollout:
         elif t in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
             call = p.get("call_id")
             if isinstance(call, str) and call:
-                text, error = _output(p.get("output"))
-                self.b.user([ToolResultBlock(tool_use_id=call, content=text, is_error=error)])
+                self.b.user([_result(call, *_output(p.get("output")))])
         else:
             self.unmodeled[f"item:{t}"] += 1
             self.b.assistant([placeholder(p)])
@@ -259,7 +270,7 @@ class _Rollout:
             self.b.assistant(blocks)
         elif role == "user":
             text = "".join(b.text for b in blocks if isinstance(b, TextBlock)).lstrip()
-            self.b.user(blocks, turn=bool(text) and not text.startswith(_CONTEXT_PREFIXES))
+            self.b.user(blocks, turn=bool(text) and not text.startswith(CONTEXT_PREFIXES))
         else:  # developer / system instructions the model saw: kept, marked
             text = "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
             if text:
@@ -332,21 +343,58 @@ def session_id(path: Path) -> str:
     return path.stem
 
 
-def _output(out: Any) -> tuple[str, bool]:
-    """A call's output as text, and whether it failed: a string, a legacy
-    ``{"content", "success"}`` object, or a list of content items."""
+_UNIFIED_EXIT = re.compile(r"^Process exited with code (-?[0-9]+)$", re.MULTILINE)
+"""The exit line of a unified-exec output (``exec_command``, ``write_stdin``: Codex 0.125 on),
+among the header lines before ``Output:``."""
+
+
+def _output(out: Any) -> tuple[str, bool, int | None]:
+    """A call's output as text, whether the tool failed, and the command's exit status (None:
+    not a command, or it did not say): a string — the JSON ``{"output", "metadata":
+    {"exit_code"}}`` Codex writes for shell calls and ``apply_patch``, unified exec's text with
+    its ``Process exited with code N`` header, or plain text — a legacy ``{"content",
+    "success"}`` object, or a list of content items."""
     if isinstance(out, str):
-        return out, False
+        if out.startswith('{"output"'):
+            try:
+                parsed = json.loads(out)
+            except ValueError:
+                parsed = None
+            if isinstance(parsed, dict) and isinstance(parsed.get("output"), str):
+                meta = parsed.get("metadata")
+                code = _int(meta.get("exit_code")) if isinstance(meta, dict) else None
+                return parsed["output"], False, code
+        if out.startswith(("Chunk ID: ", "Wall time: ")):
+            head = out.split("\nOutput:\n", 1)[0]
+            found = _UNIFIED_EXIT.search(head) if len(head) < len(out) else None
+            return out, False, int(found.group(1)) if found else None
+        return out, False, None
     if isinstance(out, dict):
-        text, _ = _output(out.get("content", out.get("output", "")))
-        return text, out.get("success") is False
+        text, _, code = _output(out.get("content", out.get("output", "")))
+        return text, out.get("success") is False, code
     if isinstance(out, list):
         parts = [
             str(c.get("text", "")) if isinstance(c, dict) and "text" in c else placeholder(c).text
             for c in out
         ]
-        return "\n".join(parts), False
-    return ("" if out is None else json.dumps(out)), False
+        return "\n".join(parts), False, None
+    return ("" if out is None else json.dumps(out)), False, None
+
+
+def _result(call: str, text: str, error: bool, code: int | None) -> ToolResultBlock:
+    """A call's result stored as threadloom's own ``bash`` stores one: a command's exit status
+    in ``effects`` and as the ``[exit code: N]`` line its output ends with (what ``show`` and
+    the model read) — a non-zero exit is a result, not a tool error. What the command changed
+    in its workspace is unknown here (``complete=False``: no claim rests on it)."""
+    if code is None:
+        return ToolResultBlock(tool_use_id=call, content=text, is_error=error)
+    text = f"{text}{'' if not text or text.endswith(chr(10)) else chr(10)}[exit code: {code}]"
+    effects = Effects(exit_code=code, complete=False)
+    return ToolResultBlock(tool_use_id=call, content=text, is_error=error, effects=effects)
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _thread_spawn(source: Any) -> dict[str, Any] | None:

@@ -74,7 +74,10 @@ async def test_exec_command_end_answers_a_call_without_output(tmp_path: Path, st
     (t,) = (await import_sessions(store, tmp_path)).threads
     msgs = await store.messages(t.info.id)
     (res,) = msgs[2].tool_results()
-    assert isinstance(res, ToolResultBlock) and res.text == "boom" and res.is_error
+    # stored as threadloom's bash stores a command's result: the exit status in effects and as
+    # the output's last line; a non-zero exit is a result, not a tool error
+    assert isinstance(res, ToolResultBlock) and res.text == "boom\n[exit code: 1]"
+    assert res.effects is not None and res.effects.exit_code == 1 and not res.is_error
 
 
 async def test_rolled_back_turns_become_a_fork(tmp_path: Path, store: Store) -> None:

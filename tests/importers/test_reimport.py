@@ -5,14 +5,19 @@ the thread's title was given with ``--title``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.importers import import_sessions
-from store import Kind, Store
+import pytest
+
+from orchestrator.importers import Session, import_sessions, parse, write_sessions
+from orchestrator.importers._writer import Writer
+from store import Kind, NewMessage, SourceTaken, Store, ToolResultBlock
 from tests.importers.fixtures import ClaudeSession, CodexRollout
 from tests.orchestrator.test_cli_helpers import invoke, json_out
 
@@ -174,3 +179,110 @@ def test_a_title_given_with_title_is_kept_when_the_source_is_renamed(tmp_path: P
     # asked for again: the given title wins once more
     json_out(invoke("--json", "import", str(path), "--title", "Greeting 2", db=db))
     assert json_out(invoke("--json", "show", out["ref"], db=db))["title"] == "Greeting 2"
+
+
+async def test_the_database_keeps_one_thread_a_source_key(store: Store) -> None:
+    first = await store.create_thread(kind=Kind.LEAD, title="a", source_key="codex:x")
+    with pytest.raises(SourceTaken) as taken:
+        await store.create_thread(kind=Kind.LEAD, title="b", source_key="codex:x")
+    assert taken.value.thread_id == first.id and first.ref in str(taken.value)
+    await store.create_thread(kind=Kind.LEAD, title="mine")  # threadloom's own: no key
+    await store.create_thread(kind=Kind.LEAD, title="mine too")
+    # the unique index is the guarantee, whoever writes the row
+    path = tmp_db(store)
+    with sqlite3.connect(path) as conn, pytest.raises(sqlite3.IntegrityError):
+        conn.execute(
+            "INSERT INTO threads (id, kind, title, status, job_id, tools, pending_tool_ids,"
+            " created_at, updated_at, source_key) VALUES ('01zz', 'lead', '', 'idle', '01zz',"
+            " '[]', '[]', '2026-01-01', '2026-01-01', 'codex:x')"
+        )
+
+
+def tmp_db(store: Store) -> Path:
+    assert store.db.path is not None
+    return store.db.path
+
+
+async def test_two_writers_of_one_session_at_once_make_its_threads_once(tmp_path: Path) -> None:
+    """Two imports that both found nothing stored (the import lock not shared: the database
+    reached by two paths) both go on to create the session's threads: the database refuses
+    the second, which leaves the session to the import that made it."""
+    root = tmp_path / "codex"
+    r = CodexRollout(root, PARENT)
+    r.user("plan the work")
+    r.call("c1", "shell", {"command": ["ls"]})
+    r.output("c1", "a\nb")
+    r.say("done")
+    r.write()
+    sessions, _ = parse(root)
+    db = tmp_path / "t.db"
+    a, b = await Store.open(str(db)), await Store.open(str(db))
+    try:
+        wa, wb = Writer(a), Writer(b)
+        await wa._known(), await wb._known()  # both read the empty store first
+        out = await asyncio.gather(wa.write(sessions), wb.write(sessions))
+        threads = await a.list_threads()
+        assert len(threads) == 1
+        assert {w.info.id for ws in out for w in ws} == {threads[0].id}
+        assert len(await a.messages(threads[0].id)) == 4
+    finally:
+        await a.close()
+        await b.close()
+
+
+def _legacy(sessions: list[Session]) -> list[Session]:
+    """``sessions`` as the mapping before 2 made them: each Codex output the JSON string the CLI
+    wrote, the thread titled with its first user text (the environment block)."""
+    for s in sessions:
+        for b in s.branches:
+            b.messages = [
+                NewMessage(
+                    role=m.role,
+                    content=[
+                        ToolResultBlock(tool_use_id=c.tool_use_id, content=RAW)
+                        if isinstance(c, ToolResultBlock)
+                        else c
+                        for c in m.content
+                    ],
+                )
+                for m in b.messages
+            ]
+        s.title = "<environment_context> <cwd>/home/someone</cwd> </environment_context>"
+    return sessions
+
+
+RAW = json.dumps({"output": "a\nb\n", "metadata": {"exit_code": 1, "duration_seconds": 0.1}})
+
+
+async def test_a_thread_imported_by_an_older_mapping_is_retitled_and_extended_not_forked(
+    tmp_path: Path, store: Store
+) -> None:
+    r = CodexRollout(tmp_path, PARENT)
+    r.user("<environment_context>\n  <cwd>/home/someone</cwd>\n</environment_context>")
+    r.user("list the files")
+    r.call("c1", "shell", {"command": ["ls"]})
+    r.output("c1", RAW)
+    r.say("two files")
+    r.write()
+    (old,) = await write_sessions(store, _legacy(parse(r.path)[0]))
+    task = old.info.task or {}
+    imported = {k: v for k, v in task["source"]["imported"].items() if k != "mapping"}
+    await store.update_thread(
+        old.info.id, task={**task, "source": {**task["source"], "imported": imported}}
+    )
+    # the file as it was: read again all the same (its title follows the new rule)
+    (same,) = (await import_sessions(store, tmp_path)).threads
+    assert same.info.id == old.info.id and same.added == 0
+    assert same.info.title == "list the files"
+    # grown: extended where it stands, its stored outputs as they were (append-only)
+    r.user("and the exit status?")
+    r.call("c2", "shell", {"command": ["false"]})
+    r.output("c2", RAW.replace('"c1"', '"c2"'))
+    r.say("it failed")
+    r.write()
+    (grown,) = (await import_sessions(store, tmp_path)).threads
+    assert grown.info.id == old.info.id and grown.added == 4
+    assert len(await store.list_threads()) == 1
+    results = [b for m in await store.messages(old.info.id) for b in m.tool_results()]
+    assert [b.text for b in results] == [RAW, "a\nb\n[exit code: 1]"]
+    assert (await import_sessions(store, tmp_path)).threads[0].added == 0

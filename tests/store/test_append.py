@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -393,3 +394,21 @@ def test_the_store_accepts_exactly_the_appends_the_reference_model_accepts(
         loop.close()
     # the generator exercises both outcomes plenty
     assert seen["accepted"] > 50 and seen["refused"] > 50
+
+
+async def test_messages_and_threads_can_keep_the_time_they_had_elsewhere(store: Store) -> None:
+    """An imported session keeps its times: a thread created at a given time (its id sorts
+    there), messages appended with their own (None: the append's), read back as given."""
+    then = datetime(2025, 9, 25, 1, 22, 20, 68000, tzinfo=UTC)
+    t = await store.create_thread(kind="lead", created_at=then)
+    newer = await store.create_thread(kind="lead")
+    assert t.created_at == then and t.id < newer.id
+    later = then + timedelta(seconds=5)
+    out = await store.append(t.id, [user("q"), assistant("a")], times=[later, None])
+    stored = await store.messages(t.id)
+    assert stored[0].created_at == later == out[0].created_at
+    assert stored[1].created_at > then + timedelta(days=365)  # the append's own time
+    assert [x.id for x in await store.list_threads(oldest_first=True)][:1] == [t.id]
+    with pytest.raises(ValueError, match="1 times for 2 messages"):
+        await store.append(t.id, [user("q"), assistant("a")], times=[later])
+    assert len(await store.messages(t.id)) == 2

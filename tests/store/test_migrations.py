@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -17,7 +18,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from store import Database, Store, database_url
+from store import Database, SourceTaken, Store, database_url
 from store._engine import SCHEMA_HEAD, alembic_config
 from store._tables import FTS_TABLE, metadata
 from tests import pg
@@ -160,3 +161,64 @@ def test_processes_opening_a_fresh_postgres_database_at_once_all_reach_head(
             assert asyncio.run(pg.table_names(db.dsn)) >= TABLES
         finally:
             pg.drop_database_sync(db.name)
+
+
+async def test_0005_keys_the_threads_imported_before_it_duplicates_included(
+    empty_db_url: str,
+) -> None:
+    """Threads an import made before ``source_key`` existed get one from ``task.source.key``:
+    the oldest main thread of a key the key (a session imported twice by the race 0005 closes
+    keeps both threads, the later one keyed by its id), a branch ``key@id``."""
+    rows = sa.table(
+        "threads",
+        *(sa.column(c) for c in ("id", "kind", "title", "status", "job_id")),
+        sa.column("task", sa.JSON),
+        sa.column("tools", sa.JSON),
+        sa.column("pending_tool_ids", sa.JSON),
+        sa.column("created_at", sa.DateTime(timezone=True)),
+        sa.column("updated_at", sa.DateTime(timezone=True)),
+    )
+    now = datetime.now(UTC)
+
+    def thread(tid: str, task: dict[str, Any] | None) -> dict[str, Any]:
+        return {
+            "id": tid, "kind": "lead", "title": tid, "status": "idle", "job_id": tid,
+            "task": task, "tools": [], "pending_tool_ids": [], "created_at": now, "updated_at": now,
+        }  # fmt: skip
+
+    main = {"source": {"key": "codex:x", "imported": {"messages": 2}}}
+    branch = {"source": {"key": "codex:x", "imported": {"suffix": " (rewound branch)"}}}
+    engine = create_async_engine(database_url(empty_db_url))
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(_alembic, "upgrade", "0004")
+            await conn.execute(
+                sa.insert(rows),
+                [
+                    thread("01a", main),
+                    thread("01b", branch),
+                    thread("01c", main),
+                    thread("01d", None),
+                    thread("01e", {"goal": "mine"}),
+                ],
+            )
+        async with engine.begin() as conn:
+            await conn.run_sync(_alembic, "upgrade", "head")
+        async with engine.connect() as conn:
+            keys = dict((await conn.execute(sa.text("SELECT id, source_key FROM threads"))).all())
+    finally:
+        await engine.dispose()
+    assert keys == {
+        "01a": "codex:x",
+        "01b": "codex:x@01b",
+        "01c": "codex:x@01c",
+        "01d": None,
+        "01e": None,
+    }
+    store = await Store.open(empty_db_url)
+    try:
+        with pytest.raises(SourceTaken) as taken:
+            await store.create_thread(kind="lead", source_key="codex:x")
+        assert taken.value.thread_id == "01a"
+    finally:
+        await store.close()
