@@ -6,10 +6,12 @@ column is cut to fit the window. Anywhere else — a pipe, a file, a test — ou
 no escape codes, columns two spaces apart, nothing cut, no trailing spaces. ``rich`` is imported
 only for a terminal.
 
-Either way, text from the record (a tool's output, a title, an error) cannot drive the terminal:
-control characters are shown, not sent (``visible``) — ESC as ``^[`` (as ``cat -v`` does), a
-carriage return not ending a line as ``^M``, C1 controls as ``\x9b``, and the bidi overrides
-that reorder text as ``\u202e``. Only a ``verbatim`` printer (``show --raw``) writes them as stored.
+Either way, text from the record (a tool's output, a title, an error) cannot drive the terminal
+or hide from the reader: control, bidi and invisible characters are drawn, not sent
+(``visible``, which is ``orchestrator.drawing.drawn``, the rule the web pages use too) — ESC as
+``^[`` (as ``cat -v`` does), a carriage return not ending a line as ``^M``, C1 controls as
+``\x9b``, bidi overrides as ``\u202e``, a zero-width space as ``\u200b``. Only a ``verbatim``
+printer writes them as stored: ``show --raw`` when its output is not a terminal.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from ..drawing import drawn
 from ..humanize import count
 
 Style = str | None
@@ -38,29 +41,9 @@ class Column:
 
 Cell = str | tuple[str, Style]
 
-# C0 controls but newline and tab (a CR is harmless only right before a newline), DEL, C1
-# controls, and the bidi embeddings/overrides/isolates (U+202A–U+202E, U+2066–U+2069)
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]|\r(?!\n)")
-
-
-def _shown(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    if code < 0x20:
-        return "^" + chr(code + 0x40)  # ESC → ^[, CR → ^M, BEL → ^G
-    if code == 0x7F:
-        return "^?"
-    if code <= 0x9F:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}"
-
-
-def visible(text: str) -> str:
-    """``text`` with every character that could move the cursor, set a title, write the
-    clipboard or reorder the line written visibly instead (``^[``, ``^M``, ``\\x9b``,
-    ``\\u202e``). Newlines and tabs are kept; printable text is unchanged."""
-    if text.isprintable():
-        return text
-    return _CONTROL.sub(_shown, text)
+visible = drawn
+"""``drawing.drawn``: the one rule every door draws text by (the web pages and the HTML export
+call the same function)."""
 
 
 class Printer:
