@@ -23,7 +23,7 @@ import sys
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from ..drawing import drawn
 from ..humanize import count
@@ -315,19 +315,26 @@ def silence_stdout() -> None:
 def write_redacted(
     write: Callable[[Printer], None], stdout: Any, *, verbatim: bool = False
 ) -> None:
-    """Render into a buffer that looks like ``stdout`` (same width, colours, tty-ness), then
-    write it redacted: a secret may span several of the printer's writes."""
+    """Render through a stream that looks like ``stdout`` (same tty-ness, so the same width and
+    colours) and writes it redacted as one text (``store.RedactingWriter``: a secret may span
+    several of the printer's writes, or a stored output's chunks), in bounded memory."""
     import io
 
-    from store import redact
+    from store import RedactingWriter
 
-    class _Buffer(io.StringIO):
+    sink = RedactingWriter(stdout.write)
+
+    class _Redacting(io.TextIOBase):
+        def write(self, text: str) -> int:
+            sink.write(text)
+            return len(text)
+
         def isatty(self) -> bool:
-            try:
-                return bool(stdout.isatty())
-            except (AttributeError, ValueError):
-                return False
+            return _isatty(stdout)
 
-    buf = _Buffer()
-    write(Printer(buf, verbatim=verbatim))
-    stdout.write(redact(buf.getvalue()))
+        @property
+        def encoding(self) -> str:  # type: ignore[override]
+            return getattr(stdout, "encoding", None) or "utf-8"
+
+    write(Printer(cast("TextIO", _Redacting()), verbatim=verbatim))
+    sink.close()

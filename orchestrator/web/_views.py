@@ -120,11 +120,13 @@ def message_views(
     before: Message | None = None,
     whole: WholeLink | None = None,
     store: Store | None = None,
+    redact: bool = False,
 ) -> list[MessageView]:
     """The messages as shown. ``before``: the message preceding the range (it names the tools
     whose results open it). ``whole``: links to whole inputs and outputs (the server); without
     one (the export), inputs and inline outputs are shown whole and the outputs stored apart
-    are streamed from ``store``."""
+    are streamed from ``store`` — ``redact``: masked as one stream (``store.redacted``), before
+    the page escapes them."""
     names: dict[str, str] = {}
     if before is not None:
         names.update((b.id, b.name) for b in before.content if b.type == "tool_use")
@@ -148,7 +150,7 @@ def message_views(
                 view.blocks.append(_call(m.seq, b.id, b.name, b.input, whole))
             else:
                 name = names.get(b.tool_use_id, b.tool_use_id)
-                view.blocks.append(_result(m, b, name, whole, store))
+                view.blocks.append(_result(m, b, name, whole, store, redact=redact))
         out.append(view)
     return out
 
@@ -180,7 +182,13 @@ def call_args(args: dict[str, Any]) -> str:
 
 
 def _result(
-    m: Message, b: ToolResultBlock, name: str, whole: WholeLink | None, store: Store | None
+    m: Message,
+    b: ToolResultBlock,
+    name: str,
+    whole: WholeLink | None,
+    store: Store | None,
+    *,
+    redact: bool = False,
 ) -> Block:
     text = b.text
     first = next((line for line in text.splitlines() if line.strip()), "")
@@ -199,7 +207,7 @@ def _result(
     if whole is None:  # the export: everything whole
         block.body = text
         if b.stored is not None and store is not None:
-            block.pieces = store.output_pieces(m.thread_id, m.seq, b.tool_use_id)
+            block.pieces = store.output_pieces(m.thread_id, m.seq, b.tool_use_id, redact=redact)
         return block
     block.body, block.tail = cap(text)
     if block.tail or b.stored is not None:
@@ -247,12 +255,15 @@ async def thread_page(orch: Orchestrator, ref: str, *, start: int = 1) -> Thread
     return await _page(orch, await orch.thread_view(ranged), export=False)
 
 
-async def export_page(orch: Orchestrator, ref: str) -> ThreadPage:
-    """Every message of thread ``ref`` (or of the range it names) on one page, whole."""
-    return await _page(orch, await orch.thread_view(ref), export=True)
+async def export_page(orch: Orchestrator, ref: str, *, redact: bool = False) -> ThreadPage:
+    """Every message of thread ``ref`` (or of the range it names) on one page, whole;
+    ``redact``: the outputs stored apart are streamed masked."""
+    return await _page(orch, await orch.thread_view(ref), export=True, redact=redact)
 
 
-async def _page(orch: Orchestrator, view: ThreadView, *, export: bool) -> ThreadPage:
+async def _page(
+    orch: Orchestrator, view: ThreadView, *, export: bool, redact: bool = False
+) -> ThreadPage:
     # the API's views hold the store's models (the fast read path's plain ones never get here)
     info = cast("ThreadInfo", view.info)
     msgs = cast("Sequence[Message]", view.messages or [])
@@ -263,6 +274,7 @@ async def _page(orch: Orchestrator, view: ThreadView, *, export: bool) -> Thread
         before=cast("Message | None", view.before),
         whole=None if export else server_links(info.ref),
         store=store,
+        redact=redact,
     )
     # the lineage beyond show's (job, parent, children and forks as links)
     return ThreadPage(
