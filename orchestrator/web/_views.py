@@ -25,6 +25,11 @@ if TYPE_CHECKING:
 PAGE = 200
 """Messages on one thread page."""
 
+TEXT_CAP_CHARS = 32_000
+TEXT_CAP_LINES = 800
+"""A text or thinking block longer than this is capped on a server page (head and tail, the
+whole block linked): a 12 MB message no longer makes a 12 MB page."""
+
 LIST_LIMIT = 200
 SEARCH_LIMIT = 50
 ARG_WIDTH = 60
@@ -97,7 +102,8 @@ class MessageView:
 
 
 WholeLink = Callable[[int, str, str], str]
-"""(seq, tool_use_id, "input" | "output") → the URL of the whole text."""
+"""(seq, tool_use_id, "input" | "output") → the URL of the whole text; (seq, the block's index
+in the message, "text") → the URL of a whole text or thinking block."""
 
 
 def whole_url(ref: str, seq: int, tool_use_id: str, what: str) -> str:
@@ -138,13 +144,11 @@ def message_views(
             origin=None if m.thread_id == info.id else f"T-{m.thread_id}",
             created_at=m.created_at,
         )
-        for b in m.content:
+        for i, b in enumerate(m.content):
             if b.type == "text":
-                view.blocks.append(Block("text", body=b.text))
+                view.blocks.append(_prose("text", m.seq, i, b.text, whole))
             elif b.type == "thinking":
-                view.blocks.append(
-                    Block("thinking", body=b.thinking, size=f"{count(len(b.thinking))} chars")
-                )
+                view.blocks.append(_prose("thinking", m.seq, i, b.thinking, whole))
             elif b.type == "tool_use":
                 names[b.id] = b.name
                 view.blocks.append(_call(m.seq, b.id, b.name, b.input, whole))
@@ -153,6 +157,26 @@ def message_views(
                 view.blocks.append(_result(m, b, name, whole, store, redact=redact))
         out.append(view)
     return out
+
+
+def _prose(
+    kind: Literal["text", "thinking"], seq: int, index: int, text: str, whole: WholeLink | None
+) -> Block:
+    """A text or thinking block: on a server page capped like a tool output (head and tail of
+    ``TEXT_CAP_CHARS`` / ``TEXT_CAP_LINES``, the whole block linked), whole in the export."""
+    head, tail = (
+        cap(text, max_lines=TEXT_CAP_LINES, max_chars=TEXT_CAP_CHARS)
+        if whole is not None
+        else (text, "")
+    )
+    return Block(
+        kind,
+        body=head,
+        tail=tail,
+        size=f"{count(len(text))} chars",
+        total=len(text),
+        whole=whole(seq, str(index), "text") if tail and whole is not None else None,
+    )
 
 
 def _call(
