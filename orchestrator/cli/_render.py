@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO, cast
 
-from ..drawing import drawn
+from ..drawing import DRAWN, drawn
 from ..humanize import count
 
 Style = str | None
@@ -258,17 +258,26 @@ def json_value(value: Any, width: int) -> str:
     return one_line(json.dumps(value, ensure_ascii=False), width)
 
 
-_JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_JSON_UNSAFE = re.compile("[\u2028\u2029]|" + DRAWN.pattern)
+"""What ``dumps`` escapes beyond JSON's own: every character ``drawing.drawn`` draws (JSON
+already escapes C0), and the line separators."""
 
 
 def dumps(doc: Any) -> str:
-    """The one JSON document a ``--json`` command prints. Non-ASCII text is kept, but DEL, C1
-    controls, line separators and bidi overrides are ``\\u`` escapes too (JSON already escapes
-    C0): the document is safe to print on a terminal and decodes to the same values. On a
-    stdout that cannot hold every character (``PYTHONIOENCODING=ascii``, a Latin-1 terminal)
-    all of it is ASCII, with ``\\u`` escapes."""
+    """The one JSON document a ``--json`` command prints. Non-ASCII text is kept, but every
+    character the other doors draw (DEL, C1 controls, bidi controls, zero-width and tag
+    characters) and the line separators are ``\\u`` escapes too (JSON already escapes C0):
+    the document is safe to print on a terminal and decodes to the same values. On a stdout
+    that cannot hold every character (``PYTHONIOENCODING=ascii``, a Latin-1 terminal) all of
+    it is ASCII, with ``\\u`` escapes."""
     text = json.dumps(doc, ensure_ascii=not holds_unicode(sys.stdout), indent=2)
-    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _JSON_UNSAFE.sub(_json_escape, text)
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    # a character beyond the BMP (a tag character) is its UTF-16 surrogate pair, as JSON spells it
+    units = match.group().encode("utf-16-be", "surrogatepass")
+    return "".join(f"\\u{units[i] << 8 | units[i + 1]:04x}" for i in range(0, len(units), 2))
 
 
 def holds_unicode(stream: Any) -> bool:

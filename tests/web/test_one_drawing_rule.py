@@ -1,5 +1,6 @@
 """One rule for every door: the terminal (``show``), the web page and the HTML export draw the
-same hostile string the same way, through the one function ``orchestrator.drawing.drawn`` —
+same hostile string the same way, through the one function ``orchestrator.drawing.drawn``
+(and ``--json`` escapes the same set) —
 control characters, bidi controls, zero-width and Unicode tag characters (which spell
 prompt-injection text no reader sees) all drawn, none sent raw."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +16,7 @@ from pathlib import Path
 from starlette.testclient import TestClient
 
 from orchestrator.cli._render import visible
-from orchestrator.drawing import drawn
+from orchestrator.drawing import DRAWN, drawn
 from orchestrator.web import create_app
 from orchestrator.web._text import shown
 from store import NewMessage, Store
@@ -77,6 +79,14 @@ def test_every_door_draws_the_same_hostile_string_the_same_way(tmp_path: Path) -
     ).stdout
     with TestClient(create_app(str(db))) as client:
         page = client.get(f"/t/{ref}").text
+
+    as_json = subprocess.run(
+        [*cmd, "--json", "show", ref], capture_output=True, env=clean_env(), check=True, text=True
+    ).stdout
+    # --json keeps the bytes as stored, every drawn character a \u escape: safe on a terminal
+    assert DRAWN.search(as_json) is None
+    texts = [b.get("text") for m in json.loads(as_json)["messages"] for b in m["content"]]
+    assert HOSTILE in texts
 
     doors = {"terminal": terminal, "page": html.unescape(page), "export": html.unescape(exported)}
     for door, text in doors.items():
