@@ -16,7 +16,15 @@ if TYPE_CHECKING:
     from ._ledger import UsageTotal
     from ._liveness import owner_is_dead
     from ._outputs import INLINE_LIMIT, MAX_OUTPUT_BYTES, OutputFile
-    from ._redact import MASK, configured_secrets, redact, redact_data, refresh_secrets
+    from ._redact import (
+        MASK,
+        RedactingWriter,
+        configured_secrets,
+        redact,
+        redact_data,
+        redacted,
+        refresh_secrets,
+    )
     from ._secrets import env_var, secret_variables, take_secrets, taken_secrets
     from ._store import Store
     from ._stored import construct_model
@@ -105,6 +113,7 @@ _WHERE = {
     "Message": ".models",
     "NewMessage": ".models",
     "OutputFile": "._outputs",
+    "RedactingWriter": "._redact",
     "RefError": ".errors",
     "RefSyntaxError": ".errors",
     "SearchQueryError": ".errors",
@@ -144,6 +153,7 @@ _WHERE = {
     "parse_transcript": "._transcript",
     "redact": "._redact",
     "redact_data": "._redact",
+    "redacted": "._redact",
     "refresh_secrets": "._redact",
     "secret_variables": "._secrets",
     "shortest_refs": ".refs",
@@ -183,6 +193,7 @@ __all__ = [
     "Message",
     "NewMessage",
     "OutputFile",
+    "RedactingWriter",
     "RefError",
     "RefSyntaxError",
     "ResolvedRef",
@@ -221,6 +232,7 @@ __all__ = [
     "parse_transcript",
     "redact",
     "redact_data",
+    "redacted",
     "refresh_secrets",
     "secret_variables",
     "shortest_refs",

@@ -220,19 +220,33 @@ class Store:
         return msgs[0]
 
     async def output_pieces(
-        self, thread_id: str, seq: int, tool_use_id: str, *, start: int = 0, end: int | None = None
+        self,
+        thread_id: str,
+        seq: int,
+        tool_use_id: str,
+        *,
+        start: int = 0,
+        end: int | None = None,
+        redact: bool = False,
     ) -> AsyncIterator[str]:
         """Characters ``start..end`` (end exclusive; None: to the end) of the whole output of
         the tool result ``tool_use_id`` in message ``seq`` of the thread (an inherited message of
         a fork included), about a chunk (1 MiB) at a time: memory stays bounded whatever the
-        output's size. Only outputs stored apart (``ToolResultBlock.stored``) have pieces."""
+        output's size. Only outputs stored apart (``ToolResultBlock.stored``) have pieces.
+        ``redact``: secrets masked over the whole stream (``redacted``), never chunk by chunk,
+        so one cut by a chunk boundary is masked whole."""
         owner = _outputs.owner_of(await self.ancestry(thread_id), seq)
         key = {"thread_id": owner, "seq": seq, "tool_use_id": tool_use_id}
 
         def read(fn: Any) -> Any:
             return self.db.read(fn, where="reading a tool output")
 
-        async for piece in _outputs.read_pieces(read, key, start=start, end=end):
+        pieces = _outputs.read_pieces(read, key, start=start, end=end)
+        if redact:
+            from ._redact import redacted
+
+            pieces = redacted(pieces)
+        async for piece in pieces:
             yield piece
 
     async def output_text(

@@ -99,9 +99,11 @@ def show(ctx: click.Context, ref: str, tools: bool, raw: bool, redact: bool) -> 
     every tool output, each capped at 40 lines / 6,000 characters (head and
     tail kept) with a marker giving the omitted size and the ref T-…#n whose
     --raw view has it whole.
-    --raw prints tool inputs, tool outputs and thinking whole and verbatim.
-    Control characters (escape sequences, a lone CR, bidi overrides) are shown
-    visibly (ESC as ^[) except with --raw, which writes the bytes as stored.
+    --raw prints tool inputs, tool outputs and thinking whole.
+    Control, bidi and invisible characters (escape sequences, a lone CR, bidi
+    overrides, zero-width and tag characters) are drawn visibly (ESC as ^[) on
+    a terminal, --raw included; --raw writes the bytes as stored only when
+    stdout is not a terminal (a pipe, a file).
 
     --json prints {ref, kind, status, title, parent, forked_from: {ref, at} | null, result,
     usage, messages: [{seq, role, content}]} with content blocks exactly as stored; with --raw

@@ -11,7 +11,6 @@ import click
 
 from ..errors import CliError
 from ._app import Output, command, run_command
-from ._redacting import PIECE, RedactingWriter
 
 if TYPE_CHECKING:
     from store import Message, Store, ThreadInfo
@@ -51,8 +50,9 @@ def export(ctx: click.Context, ref: str, fmt: str, redact: bool) -> None:
     values that look like secrets (a redacted jsonl export still imports).
 
     Tool outputs too large to keep inline are stored apart; they are exported whole all the
-    same, streamed from the store through a temporary file, then to stdout (redacted, or as
-    the JSON document's text, a piece at a time), so memory stays bounded.
+    same, streamed from the store (redacted as one stream, before any escaping) through a
+    temporary file, then to stdout (or as the JSON document's text, a piece at a time), so
+    memory stays bounded.
     """
     from ._app import get_app
 
@@ -66,31 +66,32 @@ def export(ctx: click.Context, ref: str, fmt: str, redact: bool) -> None:
         resolved = await store.resolve(ref)
         info = resolved.thread
         spool = tempfile.TemporaryFile("w+", encoding="utf-8", newline="")  # noqa: SIM115
+        # masked where the text is written, before it is escaped (HTML, JSON): a secret
+        # holding ``&``, ``<`` or ``"`` is found as it is, and each output stored apart is
+        # masked as one stream (``store.redacted``), never chunk by chunk
         if fmt == "html":
             from ..web import write_thread_html
 
-            # masked string by string before escaping (and once more whole, below, for a
-            # secret cut by a stored output's chunk boundary)
             n = await write_thread_html(store, resolved.ref, spool.write, redact=redact)
         else:
             msgs = await store.messages(info.id, start=resolved.start or 1, end=resolved.end)
             n = len(msgs)
             if fmt == "md":
-                await _write_markdown(store, spool, info, msgs)
+                await _write_markdown(store, spool, info, msgs, redact=redact)
             else:
-                await _write_jsonl(store, spool, msgs)
+                await _write_jsonl(store, spool, msgs, redact=redact)
         spool.seek(0)
         data = {"ref": info.ref, "format": fmt, "messages": n}
 
         def text(p: Printer) -> None:
             with spool:
                 if as_json:
-                    _write_json(p.write, data, spool, redact=redact)
+                    _write_json(p.write, data, spool)
                 else:
-                    _copy(spool, p.write, redact=redact)
+                    _copy(spool, p.write)
 
-        # the record, byte for byte; written here, redacted or not, as a stream (``emit``
-        # would hold a redacted text, or a JSON document, whole in memory)
+        # the record, byte for byte (masked above, if asked); written here as a stream
+        # (``emit`` would hold a JSON document whole in memory)
         return Output(None, text, redact=False, verbatim=True)
 
     _run_streamed(ctx, go, ref)
@@ -115,59 +116,73 @@ def _run_streamed(ctx: click.Context, fn: Callable[[Store], Awaitable[Output]], 
         app.json = as_json
 
 
-def _copy(src: IO[str], write: Callable[[str], object], *, redact: bool) -> None:
-    sink = RedactingWriter(write) if redact else None
+PIECE = 1 << 20
+"""Characters copied from the spool at a time."""
+
+
+def _copy(src: IO[str], write: Callable[[str], object]) -> None:
     while piece := src.read(PIECE):
-        if sink is None:
-            write(piece)
-        else:
-            sink.write(piece)
-    if sink is not None:
-        sink.close()
+        write(piece)
 
 
-def _write_json(
-    write: Callable[[str], object], data: dict[str, Any], src: IO[str], *, redact: bool
-) -> None:
+def _write_json(write: Callable[[str], object], data: dict[str, Any], src: IO[str]) -> None:
     """``{**data, "text": <src's text>}`` as ``dumps`` writes it, the text a piece at a time."""
-    from store import redact_data
-
     from ._render import dumps
 
-    doc = dumps({**(redact_data(data) if redact else data), "text": ""})
+    doc = dumps({**data, "text": ""})
     cut = doc.rindex('""') + 1  # the text's value is the document's last string
     write(doc[:cut])
-    _copy(src, lambda piece: write(dumps(piece)[1:-1]), redact=redact)
+    _copy(src, lambda piece: write(dumps(piece)[1:-1]))
     write(doc[cut:] + "\n")
 
 
-async def _write_jsonl(store: Store, out: IO[str], msgs: Sequence[Message]) -> None:
-    """``dump_transcript(msgs)`` into ``out``, each output stored apart streamed whole."""
-    from store import transcript_parts
+async def _write_jsonl(
+    store: Store, out: IO[str], msgs: Sequence[Message], *, redact: bool
+) -> None:
+    """``dump_transcript(msgs)`` into ``out``, each output stored apart streamed whole;
+    ``redact``: every string masked before it is JSON-encoded (a secret holding ``"`` or
+    ``\\`` is found as it is), each output stored apart as one stream."""
+    from store import redact_data, transcript_parts
 
     for m in msgs:
+        if redact:
+            m = m.model_copy(
+                update={
+                    "content": [
+                        type(b).model_validate(redact_data(b.model_dump(exclude_none=True)))
+                        for b in m.content
+                    ]
+                }
+            )
         for part in transcript_parts(m):
             if isinstance(part, str):
                 out.write(part)
                 continue
-            async for piece in store.output_pieces(m.thread_id, m.seq, part.tool_use_id):
+            pieces = store.output_pieces(m.thread_id, m.seq, part.tool_use_id, redact=redact)
+            async for piece in pieces:
                 out.write(json.dumps(piece, ensure_ascii=False)[1:-1])
         out.write("\n")
 
 
 async def _write_markdown(
-    store: Store, out: IO[str], info: ThreadInfo, msgs: Sequence[Message]
+    store: Store, out: IO[str], info: ThreadInfo, msgs: Sequence[Message], *, redact: bool
 ) -> None:
-    from store import Usage
+    """The Markdown document into ``out`` (it escapes nothing: masked as one stream, as it is
+    written, when ``redact``)."""
+    from store import RedactingWriter, Usage
 
     from ._thread_text import WholeOutputs, write_markdown
 
     totals = await store.usage.totals(thread_id=info.id)
     usage = totals[0].usage if totals else Usage()
     whole = await WholeOutputs.spool(store, msgs)
+    sink = RedactingWriter(out.write) if redact else None
     try:
         cost = totals[0].cost_usd if totals else 0.0
-        write_markdown(out.write, info, msgs, usage=usage, cost=cost, whole=whole)
+        write = out.write if sink is None else sink.write
+        write_markdown(write, info, msgs, usage=usage, cost=cost, whole=whole)
+        if sink is not None:
+            sink.close()
     finally:
         whole.close()
 

@@ -126,7 +126,9 @@ def show_view(
         render_messages(p, info, view.messages or (), mode, before=view.before, whole=whole)
 
     data = view.to_json(whole=whole.text if whole is not None and whole_json else None)
-    return View(data, text, redact=redact, verbatim=mode == "raw")
+    # ``--raw`` writes the bytes as stored only where they cannot drive a terminal (a pipe, a
+    # file; ``--json`` escapes them anyway): on a terminal it draws them like every output
+    return View(data, text, redact=redact, verbatim=mode == "raw" and not on_terminal())
 
 
 # ----------------------------------------------------------------- tree

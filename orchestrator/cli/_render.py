@@ -6,10 +6,12 @@ column is cut to fit the window. Anywhere else — a pipe, a file, a test — ou
 no escape codes, columns two spaces apart, nothing cut, no trailing spaces. ``rich`` is imported
 only for a terminal.
 
-Either way, text from the record (a tool's output, a title, an error) cannot drive the terminal:
-control characters are shown, not sent (``visible``) — ESC as ``^[`` (as ``cat -v`` does), a
-carriage return not ending a line as ``^M``, C1 controls as ``\x9b``, and the bidi overrides
-that reorder text as ``\u202e``. Only a ``verbatim`` printer (``show --raw``) writes them as stored.
+Either way, text from the record (a tool's output, a title, an error) cannot drive the terminal
+or hide from the reader: control, bidi and invisible characters are drawn, not sent
+(``visible``, which is ``orchestrator.drawing.drawn``, the rule the web pages use too) — ESC as
+``^[`` (as ``cat -v`` does), a carriage return not ending a line as ``^M``, C1 controls as
+``\x9b``, bidi overrides as ``\u202e``, a zero-width space as ``\u200b``. Only a ``verbatim``
+printer writes them as stored: ``show --raw`` when its output is not a terminal.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ import sys
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
+from ..drawing import DRAWN, drawn
 from ..humanize import count
 
 Style = str | None
@@ -38,29 +41,9 @@ class Column:
 
 Cell = str | tuple[str, Style]
 
-# C0 controls but newline and tab (a CR is harmless only right before a newline), DEL, C1
-# controls, and the bidi embeddings/overrides/isolates (U+202A–U+202E, U+2066–U+2069)
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]|\r(?!\n)")
-
-
-def _shown(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    if code < 0x20:
-        return "^" + chr(code + 0x40)  # ESC → ^[, CR → ^M, BEL → ^G
-    if code == 0x7F:
-        return "^?"
-    if code <= 0x9F:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}"
-
-
-def visible(text: str) -> str:
-    """``text`` with every character that could move the cursor, set a title, write the
-    clipboard or reorder the line written visibly instead (``^[``, ``^M``, ``\\x9b``,
-    ``\\u202e``). Newlines and tabs are kept; printable text is unchanged."""
-    if text.isprintable():
-        return text
-    return _CONTROL.sub(_shown, text)
+visible = drawn
+"""``drawing.drawn``: the one rule every door draws text by (the web pages and the HTML export
+call the same function)."""
 
 
 class Printer:
@@ -275,17 +258,26 @@ def json_value(value: Any, width: int) -> str:
     return one_line(json.dumps(value, ensure_ascii=False), width)
 
 
-_JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_JSON_UNSAFE = re.compile("[\u2028\u2029]|" + DRAWN.pattern)
+"""What ``dumps`` escapes beyond JSON's own: every character ``drawing.drawn`` draws (JSON
+already escapes C0), and the line separators."""
 
 
 def dumps(doc: Any) -> str:
-    """The one JSON document a ``--json`` command prints. Non-ASCII text is kept, but DEL, C1
-    controls, line separators and bidi overrides are ``\\u`` escapes too (JSON already escapes
-    C0): the document is safe to print on a terminal and decodes to the same values. On a
-    stdout that cannot hold every character (``PYTHONIOENCODING=ascii``, a Latin-1 terminal)
-    all of it is ASCII, with ``\\u`` escapes."""
+    """The one JSON document a ``--json`` command prints. Non-ASCII text is kept, but every
+    character the other doors draw (DEL, C1 controls, bidi controls, zero-width and tag
+    characters) and the line separators are ``\\u`` escapes too (JSON already escapes C0):
+    the document is safe to print on a terminal and decodes to the same values. On a stdout
+    that cannot hold every character (``PYTHONIOENCODING=ascii``, a Latin-1 terminal) all of
+    it is ASCII, with ``\\u`` escapes."""
     text = json.dumps(doc, ensure_ascii=not holds_unicode(sys.stdout), indent=2)
-    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _JSON_UNSAFE.sub(_json_escape, text)
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    # a character beyond the BMP (a tag character) is its UTF-16 surrogate pair, as JSON spells it
+    units = match.group().encode("utf-16-be", "surrogatepass")
+    return "".join(f"\\u{units[i] << 8 | units[i + 1]:04x}" for i in range(0, len(units), 2))
 
 
 def holds_unicode(stream: Any) -> bool:
@@ -332,19 +324,26 @@ def silence_stdout() -> None:
 def write_redacted(
     write: Callable[[Printer], None], stdout: Any, *, verbatim: bool = False
 ) -> None:
-    """Render into a buffer that looks like ``stdout`` (same width, colours, tty-ness), then
-    write it redacted: a secret may span several of the printer's writes."""
+    """Render through a stream that looks like ``stdout`` (same tty-ness, so the same width and
+    colours) and writes it redacted as one text (``store.RedactingWriter``: a secret may span
+    several of the printer's writes, or a stored output's chunks), in bounded memory."""
     import io
 
-    from store import redact
+    from store import RedactingWriter
 
-    class _Buffer(io.StringIO):
+    sink = RedactingWriter(stdout.write)
+
+    class _Redacting(io.TextIOBase):
+        def write(self, text: str) -> int:
+            sink.write(text)
+            return len(text)
+
         def isatty(self) -> bool:
-            try:
-                return bool(stdout.isatty())
-            except (AttributeError, ValueError):
-                return False
+            return _isatty(stdout)
 
-    buf = _Buffer()
-    write(Printer(buf, verbatim=verbatim))
-    stdout.write(redact(buf.getvalue()))
+        @property
+        def encoding(self) -> str:  # type: ignore[override]
+            return getattr(stdout, "encoding", None) or "utf-8"
+
+    write(Printer(cast("TextIO", _Redacting()), verbatim=verbatim))
+    sink.close()

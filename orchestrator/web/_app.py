@@ -10,9 +10,9 @@ this server's own stylesheet and script: even a template mistake could not run t
 as code.
 
 A running thread's page follows new messages through server-sent events: ``/t/T-…/events``
-polls the store (one indexed read of the thread row every ``POLL_S``; the runner may be another
-process, so there is nothing in-process to wait on) and sends each new message rendered by the
-same template as the page, then the status, and ends when the thread does.
+sends each new message rendered by the same template as the page, then the status, and ends
+when the thread does. Every stream is fed by the server's one poller and the streams are
+bounded, per thread and in all (``_live.Streams``: a 429 or 503 beyond).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
@@ -36,6 +36,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..exposure import Exposure, Guard, announce, bind, expose
+from ._live import MAX_PER_THREAD, MAX_STREAMS, Streams, TooManyStreams
 from ._templates import KINDS, STATIC, STATUSES, render
 from ._views import LIST_LIMIT, SEARCH_LIMIT, message_views, server_links, thread_page
 
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
     from orchestrator.api import Orchestrator
     from store import Store, ThreadInfo
 
-POLL_S = 0.25
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 
@@ -82,10 +82,18 @@ class _SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def create_app(db: str, *, exposure: Exposure | None = None, create_dirs: bool = False) -> ASGIApp:
+def create_app(
+    db: str,
+    *,
+    exposure: Exposure | None = None,
+    create_dirs: bool = False,
+    max_streams: int = MAX_STREAMS,
+    max_streams_per_thread: int = MAX_PER_THREAD,
+) -> ASGIApp:
     """The viewer over the database ``db`` (a path or URL, as ``--db``; ``create_dirs`` as for
     ``Orchestrator.open``); ``exposure``: what reaches it (``exposure.Guard``: the Host names,
-    the token), None to answer anything (an app driven in-process)."""
+    the token), None to answer anything (an app driven in-process); ``max_streams`` and
+    ``max_streams_per_thread``: the bounds of the live event streams (``_live.Streams``)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -93,7 +101,13 @@ def create_app(db: str, *, exposure: Exposure | None = None, create_dirs: bool =
 
         async with await Orchestrator.open(db, create_dirs=create_dirs) as orch:
             app.state.orch = orch
-            yield
+            app.state.streams = Streams(
+                orch.store, max_streams=max_streams, max_per_thread=max_streams_per_thread
+            )
+            try:
+                yield
+            finally:
+                await app.state.streams.close()
 
     routes = [
         Route("/", index),
@@ -117,6 +131,7 @@ def create_app(db: str, *, exposure: Exposure | None = None, create_dirs: bool =
             LookupError: _not_found,
             RefSyntaxError: _bad_request,
             BadRequest: _bad_request,
+            TooManyStreams: _too_many,
         },
     )
     return _SecurityHeaders(app if exposure is None else Guard(app, exposure))
@@ -141,6 +156,13 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 
 async def _bad_request(request: Request, exc: Exception) -> Response:
     return await _page("error.html", 400, code=400, message=str(exc))
+
+
+async def _too_many(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, TooManyStreams)
+    response = await _page("error.html", exc.status, code=exc.status, message=str(exc))
+    response.headers["retry-after"] = "30"
+    return response
 
 
 async def _resolve(request: Request, key: str = "ref") -> ThreadInfo:
@@ -222,9 +244,10 @@ async def favicon(request: Request) -> Response:
 async def whole(request: Request) -> Response:
     """The whole input or output of one tool call, as plain text (streamed when stored apart).
     The call's id is the query's ``id`` (any string: the pages percent-encode it), or the rest
-    of the path in the links of older pages."""
+    of the path in the links of older pages. ``/t/T-…/text/SEQ?id=N``: the whole text (or
+    thinking) of block N of message SEQ, which the page caps."""
     what = request.path_params["what"]
-    if what not in ("input", "output"):
+    if what not in ("input", "output", "text"):
         raise LookupError(f"no such page: {what}")
     tool_use_id = request.path_params.get("tool_use_id", request.query_params.get("id"))
     if not tool_use_id:
@@ -233,7 +256,16 @@ async def whole(request: Request) -> Response:
     info = await _resolve(request)
     seq = request.path_params["seq"]
     msg = await store.message(info.id, seq)
-    from store import ToolResultBlock, ToolUseBlock
+    from store import TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+
+    if what == "text":
+        index = int(tool_use_id) if tool_use_id.isascii() and tool_use_id.isdigit() else -1
+        prose = msg.content[index] if 0 <= index < len(msg.content) else None
+        if isinstance(prose, TextBlock):
+            return Response(_encoded(prose.text), media_type="text/plain; charset=utf-8")
+        if isinstance(prose, ThinkingBlock):
+            return Response(_encoded(prose.thinking), media_type="text/plain; charset=utf-8")
+        raise LookupError(f"no text block {tool_use_id} in {info.ref}#{seq}")
 
     wanted = ToolUseBlock if what == "input" else ToolResultBlock
     block = next(
@@ -279,12 +311,19 @@ async def events(request: Request) -> Response:
     if last_id.isascii() and last_id.isdigit():  # a reconnecting EventSource: go on from there
         after = max(after, int(last_id))
 
+    streams: Streams = request.app.state.streams
+    streams.acquire(info.id, info.ref)  # or a 429/503 page, before anything is sent
+
     async def stream() -> AsyncIterator[str]:
         nonlocal after
-        status = ""
+        status, seen = "", 0
         yield "retry: 1000\n\n"
         while True:
-            now = await store.get_thread(info.id)
+            try:
+                seen, now = await streams.changed(info.id, seen)
+            except Exception:  # the thread (or the database) is gone: nothing more to follow
+                yield "event: end\ndata: {}\n\n"
+                return
             if now.head_seq > after:
                 msgs = await store.messages(info.id, start=after + 1, end=now.head_seq)
                 before = await store.message(info.id, after) if after else None
@@ -300,13 +339,28 @@ async def events(request: Request) -> Response:
             if now.status.terminal or str(now.status) == "idle":
                 yield "event: end\ndata: {}\n\n"
                 return
-            await asyncio.sleep(POLL_S)
 
-    return StreamingResponse(
+    return _EventStream(
         stream(),
+        release=lambda: streams.release(info.id),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+class _EventStream(StreamingResponse):
+    """A stream that gives its slot back however it ends: finished, dropped by the client,
+    or cancelled before its first byte (the generator's own ``finally`` would not run then)."""
+
+    def __init__(self, content: AsyncIterator[str], *, release: Callable[[], None], **kw: Any):
+        super().__init__(content, **kw)
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 # ----------------------------------------------------------------- serving

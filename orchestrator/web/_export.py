@@ -24,10 +24,11 @@ async def write_thread_html(
 ) -> int:
     """Write the page of thread ``ref`` (every message, or the range it names: ``T-…#3-9``)
     through ``write``; the number of messages written. ``redact``: secrets masked in every
-    string before it is escaped."""
+    string before it is escaped — each output stored apart masked as one stream, never chunk
+    by chunk (a secret cut by a chunk boundary is masked whole)."""
     from orchestrator.api import Orchestrator
 
-    page = await export_page(Orchestrator(store), ref)
+    page = await export_page(Orchestrator(store), ref, redact=redact)
     template = environment(redacted=redact).get_template("thread.html")
     async for chunk in template.generate_async(page=page, standalone=True, css=stylesheet()):
         write(chunk)

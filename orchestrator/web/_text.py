@@ -3,42 +3,20 @@ through ``shown`` (the Jinja environment's ``finalize``) and is then HTML-escape
 
 Escaping stops markup; ``shown`` stops the rest. A page is not a terminal, so an escape
 sequence cannot drive anything, but invisible characters still mislead a reader: a NUL, an
-ESC or a lone CR would vanish, and the bidi overrides reorder the line around them ("Trojan
-source"). They are drawn as ``cat -v`` and ``threadloom show`` draw them (ESC → ``^[``, NUL →
-``^@``, a lone CR → ``^M``, DEL → ``^?``; C1 controls and bidi overrides as ``\\x9b`` /
-``\\u202e``): plain ASCII, legible in any font. A lone surrogate (a JSON ``\\ud800``
-escape decoded into text) cannot be encoded as UTF-8 at all: it is shown as ``\\ud800``, so a
-response never fails to encode. Newlines and tabs are kept.
+ESC or a lone CR would vanish, the bidi controls reorder the line around them ("Trojan
+source"), and zero-width and tag characters hide text outright. ``shown`` is
+``orchestrator.drawing.drawn``, the one rule the terminal draws by too: the page, the HTML
+export and ``threadloom show`` draw the same characters the same way (ESC → ``^[``, a
+zero-width space → ``\\u200b``, a tag character → ``\\U000e0041``; a lone surrogate, which
+no response could encode, → ``\\ud800``). Newlines and tabs are kept.
 """
 
 from __future__ import annotations
 
-import re
+from ..drawing import drawn
 
-# C0 controls but newline and tab (a CR is harmless only right before a newline), DEL, C1
-# controls, bidi embeddings/overrides/isolates, and lone surrogates
-_HIDDEN = re.compile(
-    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]|\r(?!\n)"
-)
-
-
-def _picture(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    if code < 0x20:
-        return "^" + chr(code + 0x40)
-    if code == 0x7F:
-        return "^?"
-    if code <= 0x9F:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}"
-
-
-def shown(text: str) -> str:
-    """``text`` with every invisible or line-reordering character drawn visibly, and every lone
-    surrogate spelled out; printable text (newlines and tabs included) is unchanged."""
-    if text.isprintable():
-        return text
-    return _HIDDEN.sub(_picture, text)
+shown = drawn
+"""``drawing.drawn``: every printed string of every page and export passes through it."""
 
 
 CAP_LINES = 40

@@ -25,6 +25,11 @@ if TYPE_CHECKING:
 PAGE = 200
 """Messages on one thread page."""
 
+TEXT_CAP_CHARS = 32_000
+TEXT_CAP_LINES = 800
+"""A text or thinking block longer than this is capped on a server page (head and tail, the
+whole block linked): a 12 MB message no longer makes a 12 MB page."""
+
 LIST_LIMIT = 200
 SEARCH_LIMIT = 50
 ARG_WIDTH = 60
@@ -97,7 +102,8 @@ class MessageView:
 
 
 WholeLink = Callable[[int, str, str], str]
-"""(seq, tool_use_id, "input" | "output") → the URL of the whole text."""
+"""(seq, tool_use_id, "input" | "output") → the URL of the whole text; (seq, the block's index
+in the message, "text") → the URL of a whole text or thinking block."""
 
 
 def whole_url(ref: str, seq: int, tool_use_id: str, what: str) -> str:
@@ -120,11 +126,13 @@ def message_views(
     before: Message | None = None,
     whole: WholeLink | None = None,
     store: Store | None = None,
+    redact: bool = False,
 ) -> list[MessageView]:
     """The messages as shown. ``before``: the message preceding the range (it names the tools
     whose results open it). ``whole``: links to whole inputs and outputs (the server); without
     one (the export), inputs and inline outputs are shown whole and the outputs stored apart
-    are streamed from ``store``."""
+    are streamed from ``store`` — ``redact``: masked as one stream (``store.redacted``), before
+    the page escapes them."""
     names: dict[str, str] = {}
     if before is not None:
         names.update((b.id, b.name) for b in before.content if b.type == "tool_use")
@@ -136,21 +144,39 @@ def message_views(
             origin=None if m.thread_id == info.id else f"T-{m.thread_id}",
             created_at=m.created_at,
         )
-        for b in m.content:
+        for i, b in enumerate(m.content):
             if b.type == "text":
-                view.blocks.append(Block("text", body=b.text))
+                view.blocks.append(_prose("text", m.seq, i, b.text, whole))
             elif b.type == "thinking":
-                view.blocks.append(
-                    Block("thinking", body=b.thinking, size=f"{count(len(b.thinking))} chars")
-                )
+                view.blocks.append(_prose("thinking", m.seq, i, b.thinking, whole))
             elif b.type == "tool_use":
                 names[b.id] = b.name
                 view.blocks.append(_call(m.seq, b.id, b.name, b.input, whole))
             else:
                 name = names.get(b.tool_use_id, b.tool_use_id)
-                view.blocks.append(_result(m, b, name, whole, store))
+                view.blocks.append(_result(m, b, name, whole, store, redact=redact))
         out.append(view)
     return out
+
+
+def _prose(
+    kind: Literal["text", "thinking"], seq: int, index: int, text: str, whole: WholeLink | None
+) -> Block:
+    """A text or thinking block: on a server page capped like a tool output (head and tail of
+    ``TEXT_CAP_CHARS`` / ``TEXT_CAP_LINES``, the whole block linked), whole in the export."""
+    head, tail = (
+        cap(text, max_lines=TEXT_CAP_LINES, max_chars=TEXT_CAP_CHARS)
+        if whole is not None
+        else (text, "")
+    )
+    return Block(
+        kind,
+        body=head,
+        tail=tail,
+        size=f"{count(len(text))} chars",
+        total=len(text),
+        whole=whole(seq, str(index), "text") if tail and whole is not None else None,
+    )
 
 
 def _call(
@@ -180,7 +206,13 @@ def call_args(args: dict[str, Any]) -> str:
 
 
 def _result(
-    m: Message, b: ToolResultBlock, name: str, whole: WholeLink | None, store: Store | None
+    m: Message,
+    b: ToolResultBlock,
+    name: str,
+    whole: WholeLink | None,
+    store: Store | None,
+    *,
+    redact: bool = False,
 ) -> Block:
     text = b.text
     first = next((line for line in text.splitlines() if line.strip()), "")
@@ -199,7 +231,7 @@ def _result(
     if whole is None:  # the export: everything whole
         block.body = text
         if b.stored is not None and store is not None:
-            block.pieces = store.output_pieces(m.thread_id, m.seq, b.tool_use_id)
+            block.pieces = store.output_pieces(m.thread_id, m.seq, b.tool_use_id, redact=redact)
         return block
     block.body, block.tail = cap(text)
     if block.tail or b.stored is not None:
@@ -247,12 +279,15 @@ async def thread_page(orch: Orchestrator, ref: str, *, start: int = 1) -> Thread
     return await _page(orch, await orch.thread_view(ranged), export=False)
 
 
-async def export_page(orch: Orchestrator, ref: str) -> ThreadPage:
-    """Every message of thread ``ref`` (or of the range it names) on one page, whole."""
-    return await _page(orch, await orch.thread_view(ref), export=True)
+async def export_page(orch: Orchestrator, ref: str, *, redact: bool = False) -> ThreadPage:
+    """Every message of thread ``ref`` (or of the range it names) on one page, whole;
+    ``redact``: the outputs stored apart are streamed masked."""
+    return await _page(orch, await orch.thread_view(ref), export=True, redact=redact)
 
 
-async def _page(orch: Orchestrator, view: ThreadView, *, export: bool) -> ThreadPage:
+async def _page(
+    orch: Orchestrator, view: ThreadView, *, export: bool, redact: bool = False
+) -> ThreadPage:
     # the API's views hold the store's models (the fast read path's plain ones never get here)
     info = cast("ThreadInfo", view.info)
     msgs = cast("Sequence[Message]", view.messages or [])
@@ -263,6 +298,7 @@ async def _page(orch: Orchestrator, view: ThreadView, *, export: bool) -> Thread
         before=cast("Message | None", view.before),
         whole=None if export else server_links(info.ref),
         store=store,
+        redact=redact,
     )
     # the lineage beyond show's (job, parent, children and forks as links)
     return ThreadPage(

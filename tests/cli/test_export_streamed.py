@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cli._redacting import HOLD, PIECE, RedactingWriter
 from store import NewMessage, OutputFile, Store, ToolResultBlock, ToolUseBlock, redact
-from store._redact import refresh_secrets
+from store._redact import HOLD, PIECE, RedactingWriter, refresh_secrets
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-ant-api03-" + "Q" * 40
@@ -159,7 +158,7 @@ def test_streamed_redaction_masks_what_redact_masks_in_the_whole_text(
             configured,
             pem,
         ]
-        parts = []
+        parts: list[str] = []
         while sum(map(len, parts)) < 9 * PIECE:
             parts.append(LINE * rng.randint(1, 3000))
             # JSON escapes too (``\\n``, ``\\u2028``): a token may start right after one
