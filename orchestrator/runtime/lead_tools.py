@@ -35,7 +35,7 @@ from ..jobs import (
     check_title,
     check_tools,
 )
-from ..views import claim_lines
+from ..views import claim_lines, marked_snippet
 from .pages import (
     DEFAULT_MAX_CHARS,
     READ_THREAD_DESCRIPTION,
@@ -349,7 +349,7 @@ class SearchThreadsTool(JobTool[SearchInput]):
     name: ClassVar[str] = "search_threads"
     description: ClassVar[str] = (
         "Full-text search over every message of every thread of this job; hits are refs"
-        " (T-…#n) with a snippet."
+        " (T-…#n) with a snippet, each match in it marked ⟦so⟧."
     )
     Input = SearchInput
     replay_safe: ClassVar[bool] = True
@@ -358,7 +358,7 @@ class SearchThreadsTool(JobTool[SearchInput]):
         hits = await self.rt.store.search(args.query, job_id=self.rt.lead_id, limit=args.limit)
         if not hits:
             return ToolOutput(f"no message matches {args.query!r}")
-        return ToolOutput("\n".join(f"{h.ref} {h.role}: {h.snippet}" for h in hits))
+        return ToolOutput("\n".join(f"{h.ref} {h.role}: {marked_snippet(h)}" for h in hits))
 
 
 class ResumeInput(ToolInput):

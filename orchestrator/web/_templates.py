@@ -9,7 +9,6 @@ page renders (bounded memory), with the very templates the server uses.
 
 from __future__ import annotations
 
-import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from store import redact
 
 from ..humanize import age, compact, count
 from ..humanize import timestamp as stamp
-from ..views import VERDICT_MARKS
+from ..views import VERDICT_MARKS, snippet_parts
 from ._text import shown
 from ._views import PAGE, message_url, ref_url, thread_url, usage_line
 
@@ -31,8 +30,6 @@ STATIC = HERE / "static"
 
 STATUSES = ("idle", "queued", "running", "done", "failed", "interrupted", "cancelled")
 KINDS = ("lead", "worker", "reader")
-
-_MATCH = re.compile(r"\[([^\[\]]*)\]")
 
 
 def _finalize(value: Any) -> Any:
@@ -49,17 +46,6 @@ def _finalize_redacted(value: Any) -> Any:
     if isinstance(value, str) and not isinstance(value, Markup):
         return shown(redact(value))
     return _finalize(value)
-
-
-def marks(snippet: str) -> list[tuple[str, bool]]:
-    """A search snippet (its matches in [brackets]) as (text, is_match) parts."""
-    parts, pos = [], 0
-    for m in _MATCH.finditer(snippet):
-        parts.append((snippet[pos : m.start()], False))
-        parts.append((m.group(1), True))
-        pos = m.end()
-    parts.append((snippet[pos:], False))
-    return [p for p in parts if p[0]]
 
 
 @cache
@@ -82,7 +68,7 @@ def environment(*, redacted: bool = False) -> jinja2.Environment:
         age=age,
         compact=compact,
         count=count,
-        marks=marks,
+        snippet_parts=snippet_parts,
         message_url=message_url,
         stamp=stamp,
         thread_url=thread_url,
