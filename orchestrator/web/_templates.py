@@ -22,7 +22,7 @@ from ..humanize import age, compact, count
 from ..humanize import timestamp as stamp
 from ..views import VERDICT_MARKS, snippet_parts
 from ._text import shown
-from ._views import PAGE, message_url, ref_url, thread_url, usage_line
+from ._views import PAGE, SERVER, usage_line
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"
@@ -69,11 +69,9 @@ def environment(*, redacted: bool = False) -> jinja2.Environment:
         compact=compact,
         count=count,
         snippet_parts=snippet_parts,
-        message_url=message_url,
         stamp=stamp,
-        thread_url=thread_url,
+        links=SERVER,
         usage_line=usage_line,
-        evidence_url=ref_url,
         claims_of=claims_of,
         VERDICT_MARKS=VERDICT_MARKS,
         standalone=False,

@@ -45,17 +45,63 @@ def message_url(ref: str, seq: int) -> str:
     return f"/t/{ref}#{seq}" if start == 1 else f"/t/{ref}?from={start}#{seq}"
 
 
-def ref_url(text: str) -> str | None:
-    """The page of a ref written in a result (``T-…``, ``T-…#7``, ``T-…#7-9``); None when
-    ``text`` is not a ref."""
-    from store import ThreadRef
+@dataclass(frozen=True, slots=True)
+class Links:
+    """Where a ref leads from a page: the one maker of every link to a thread, a message or a
+    job, for the server's pages and the HTML export alike.
 
-    try:
-        parsed = ThreadRef.parse(text)
-    except Exception:  # a result's evidence is free text the worker wrote: not always a ref
-        return None
-    ref = str(parsed.thread)  # ``T-…x2p4`` stays a ref by its end, which the page resolves
-    return message_url(ref, parsed.start) if parsed.start else thread_url(ref)
+    A message on the page itself (``here``: the shown thread and the ancestors whose messages
+    it shares, each with the last seq it shares; ``first``–``last``: the range on the page)
+    is its anchor, ``#7``, which works in a file as on the server. Anything else is a page of
+    the viewer at ``base`` ("" on the server: its own paths; an export's ``--base-url``), or,
+    in an export without one, no link at all (None: the template prints the ref as text), never
+    a ``/t/…`` path that leads nowhere from a file."""
+
+    base: str | None = ""
+    here: tuple[tuple[str, int], ...] = ()
+    first: int = 1
+    last: int = 0
+
+    def thread(self, ref: str) -> str | None:
+        return None if self.base is None else self.base + thread_url(ref)
+
+    def job(self, ref: str) -> str | None:
+        return None if self.base is None else f"{self.base}/job/{ref}"
+
+    def message(self, ref: str, seq: int, *, local: bool = True) -> str | None:
+        """Message ``seq`` of ``ref``; ``local`` False: on its own thread's page even when
+        the same message is on this one (where an inherited message came from)."""
+        from store import ThreadRef
+
+        if local and self.first <= seq <= self.last:
+            try:
+                named = ThreadRef.parse(ref)
+            except Exception:  # not a ref: nothing on this page
+                named = None
+            if named is not None and any(named.matches(i) and seq <= n for i, n in self.here):
+                return f"#{seq}"
+        return None if self.base is None else self.base + message_url(ref, seq)
+
+    def ref(self, text: str) -> str | None:
+        """Where a ref written in a result or a message leads (``T-…``, ``T-…#7``,
+        ``T-…#7-9``: its first message); None when ``text`` is not a ref."""
+        from store import ThreadRef
+
+        try:
+            parsed = ThreadRef.parse(text)
+        except Exception:  # a result's evidence is free text the worker wrote: not always a ref
+            return None
+        ref = str(parsed.thread)  # ``T-…x2p4`` stays a ref by its end, which the page resolves
+        return self.message(ref, parsed.start) if parsed.start else self.thread(ref)
+
+
+SERVER = Links()
+"""The server's links from a page that shows no thread (the list, a job tree, a search)."""
+
+
+def ref_url(text: str) -> str | None:
+    """The server's page of a ref written in a result; None when ``text`` is not a ref."""
+    return SERVER.ref(text)
 
 
 # ----------------------------------------------------------------- messages
@@ -222,6 +268,7 @@ class ThreadPage:
     parent: ThreadInfo | None
     children: list[ThreadInfo]
     forks: list[ThreadInfo]
+    links: Links = SERVER
 
     @property
     def live(self) -> bool:
@@ -244,15 +291,18 @@ async def thread_page(orch: Orchestrator, ref: str, *, start: int = 1) -> Thread
     first = min(max(start, 1), max(info.head_seq, 1))
     last = min(first + PAGE - 1, info.head_seq)
     ranged = f"{info.ref}#{first}-{last}" if info.head_seq else info.ref
-    return await _page(orch, await orch.thread_view(ranged), export=False)
+    return await _page(orch, await orch.thread_view(ranged), base="")
 
 
-async def export_page(orch: Orchestrator, ref: str) -> ThreadPage:
-    """Every message of thread ``ref`` (or of the range it names) on one page, whole."""
-    return await _page(orch, await orch.thread_view(ref), export=True)
+async def export_page(orch: Orchestrator, ref: str, *, base_url: str | None = None) -> ThreadPage:
+    """Every message of thread ``ref`` (or of the range it names) on one page, whole; refs
+    elsewhere link to the viewer at ``base_url``, or are text without one."""
+    return await _page(orch, await orch.thread_view(ref), base=base_url)
 
 
-async def _page(orch: Orchestrator, view: ThreadView, *, export: bool) -> ThreadPage:
+async def _page(orch: Orchestrator, view: ThreadView, *, base: str | None) -> ThreadPage:
+    """``base``: "" for the server's page, an export's base URL (or None)."""
+    export = base != ""
     # the API's views hold the store's models (the fast read path's plain ones never get here)
     info = cast("ThreadInfo", view.info)
     msgs = cast("Sequence[Message]", view.messages or [])
@@ -264,19 +314,32 @@ async def _page(orch: Orchestrator, view: ThreadView, *, export: bool) -> Thread
         whole=None if export else server_links(info.ref),
         store=store,
     )
+    first, last = (msgs[0].seq, msgs[-1].seq) if msgs else (1, 0)
     # the lineage beyond show's (job, parent, children and forks as links)
     return ThreadPage(
         info=info,
         messages=shown,
-        first=msgs[0].seq if msgs else 1,
-        last=msgs[-1].seq if msgs else 0,
+        first=first,
+        last=last,
         usage=cast("Usage", view.usage),
         cost=view.cost,
         job=None if info.job_id == info.id else await store.get_thread(info.job_id),
         parent=await store.get_thread(info.parent_id) if info.parent_id else None,
         children=await store.children(info.id),
         forks=await store.forks(info.id),
+        links=Links(base, await _lineage(store, info), first, last),
     )
+
+
+async def _lineage(store: Store, info: ThreadInfo) -> tuple[tuple[str, int], ...]:
+    """The thread and each ancestor whose messages it shares, with the last seq it shares
+    (``T-parent#3`` is ``T-fork#3`` up to the fork point)."""
+    out = [(info.id, info.head_seq)]
+    origin = info.forked_from
+    while origin is not None:
+        out.append((origin.thread_id, min(origin.at, out[-1][1])))
+        origin = (await store.get_thread(origin.thread_id)).forked_from
+    return tuple(out)
 
 
 def usage_line(usage: Usage, cost: float) -> str:
