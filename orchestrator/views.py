@@ -56,7 +56,8 @@ def fork_json(info: AnyThread) -> dict[str, Any] | None:
 
 
 def thread_json(info: AnyThread) -> dict[str, Any]:
-    """A thread's metadata as ``ls`` lists it (and ``show`` starts it)."""
+    """A thread's metadata as ``ls`` lists it (and ``show`` starts it); ``source``: where an
+    imported thread came from (``source_json``), None for any other."""
     return {
         "ref": info.ref,
         "kind": str(info.kind),
@@ -69,6 +70,7 @@ def thread_json(info: AnyThread) -> dict[str, Any]:
         "job": _ref(info.job_id),
         "model": info.model,
         "updated_at": iso(info.updated_at),
+        "source": source_json(info.task),
     }
 
 
@@ -272,7 +274,6 @@ class ThreadView:
             "cost_usd": self.cost,
             "range": None if shown is None else {"start": shown[0], "end": shown[1]},
             "task": info.task,
-            "source": source_json(info.task),
             "error": info.error,
         }
         if self.messages is None:

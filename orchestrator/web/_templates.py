@@ -9,7 +9,7 @@ page renders (bounded memory), with the very templates the server uses.
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from store import redact
 from ..humanize import age, compact, count
 from ..humanize import timestamp as stamp
 from ..views import VERDICT_MARKS, snippet_parts
+from ._markdown import markdown
 from ._text import shown
 from ._views import PAGE, SERVER, usage_line
 
@@ -71,6 +72,7 @@ def environment(*, redacted: bool = False) -> jinja2.Environment:
         snippet_parts=snippet_parts,
         stamp=stamp,
         links=SERVER,
+        markdown=partial(markdown, redacted=redacted),
         usage_line=usage_line,
         claims_of=claims_of,
         VERDICT_MARKS=VERDICT_MARKS,

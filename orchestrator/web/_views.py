@@ -9,7 +9,7 @@ what one of ``PAGE`` does; ``/t/T-…#n`` for an n past the first page is reache
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import quote
@@ -123,6 +123,10 @@ class Block:
     error: bool = False
     whole: str | None = None
     pieces: AsyncIterator[str] | None = None
+    spawned: Sequence[ThreadInfo] = ()
+    """The threads a call spawned (a ``dispatch``'s workers, an imported ``Task``'s subagent)."""
+    markdown: bool = False
+    """A text to render as Markdown (an assistant's)."""
 
     @property
     def omitted(self) -> int:
@@ -166,11 +170,12 @@ def message_views(
     before: Message | None = None,
     whole: WholeLink | None = None,
     store: Store | None = None,
+    spawned: Mapping[str, Sequence[ThreadInfo]] | None = None,
 ) -> list[MessageView]:
     """The messages as shown. ``before``: the message preceding the range (it names the tools
     whose results open it). ``whole``: links to whole inputs and outputs (the server); without
     one (the export), inputs and inline outputs are shown whole and the outputs stored apart
-    are streamed from ``store``."""
+    are streamed from ``store``. ``spawned``: tool-use id → the threads that call spawned."""
     names: dict[str, str] = {}
     if before is not None:
         names.update((b.id, b.name) for b in before.content if b.type == "tool_use")
@@ -184,14 +189,16 @@ def message_views(
         )
         for b in m.content:
             if b.type == "text":
-                view.blocks.append(Block("text", body=b.text))
+                view.blocks.append(Block("text", body=b.text, markdown=m.role == "assistant"))
             elif b.type == "thinking":
                 view.blocks.append(
                     Block("thinking", body=b.thinking, size=f"{count(len(b.thinking))} chars")
                 )
             elif b.type == "tool_use":
                 names[b.id] = b.name
-                view.blocks.append(_call(m.seq, b.id, b.name, b.input, whole))
+                block = _call(m.seq, b.id, b.name, b.input, whole)
+                block.spawned = (spawned or {}).get(b.id, ())
+                view.blocks.append(block)
             else:
                 name = names.get(b.tool_use_id, b.tool_use_id)
                 view.blocks.append(_result(m, b, name, whole, store))
@@ -271,6 +278,13 @@ class ThreadPage:
     links: Links = SERVER
 
     @property
+    def source(self) -> dict[str, Any] | None:
+        """Where an imported thread came from (``format``, ``session_id``, ``path`` …)."""
+        from orchestrator.views import source_json
+
+        return source_json(self.info.task)
+
+    @property
     def live(self) -> bool:
         """The page follows new messages: the thread may still grow and this is its tail."""
         return str(self.info.status) in ("running", "queued") and self.last >= self.info.head_seq
@@ -307,12 +321,14 @@ async def _page(orch: Orchestrator, view: ThreadView, *, base: str | None) -> Th
     info = cast("ThreadInfo", view.info)
     msgs = cast("Sequence[Message]", view.messages or [])
     store = orch.store
+    children = await store.children(info.id)
     shown = message_views(
         info,
         msgs,
         before=cast("Message | None", view.before),
         whole=None if export else server_links(info.ref),
         store=store,
+        spawned=await _spawned(store, info, children),
     )
     first, last = (msgs[0].seq, msgs[-1].seq) if msgs else (1, 0)
     # the lineage beyond show's (job, parent, children and forks as links)
@@ -325,10 +341,30 @@ async def _page(orch: Orchestrator, view: ThreadView, *, base: str | None) -> Th
         cost=view.cost,
         job=None if info.job_id == info.id else await store.get_thread(info.job_id),
         parent=await store.get_thread(info.parent_id) if info.parent_id else None,
-        children=await store.children(info.id),
+        children=children,
         forks=await store.forks(info.id),
         links=Links(base, await _lineage(store, info), first, last),
     )
+
+
+async def _spawned(
+    store: Store, info: ThreadInfo, children: Sequence[ThreadInfo]
+) -> dict[str, list[ThreadInfo]]:
+    """tool-use id → the children that call spawned: a lead's dispatch rows, and an imported
+    subagent's ``source.tool_use_id`` (the ``Task`` call that ran it)."""
+    out: dict[str, list[ThreadInfo]] = {}
+    if not children:
+        return out
+    by_id = {c.id: c for c in children}
+    if str(info.kind) == "lead":
+        for d in await store.dispatches.of_lead(info.id):
+            if d.worker_id in by_id:
+                out.setdefault(d.tool_use_id, []).append(by_id[d.worker_id])
+    for c in children:
+        call = ((c.task or {}).get("source") or {}).get("tool_use_id")
+        if isinstance(call, str) and c not in out.get(call, ()):
+            out.setdefault(call, []).append(c)
+    return out
 
 
 async def _lineage(store: Store, info: ThreadInfo) -> tuple[tuple[str, int], ...]:
