@@ -50,13 +50,16 @@ def _finalize_redacted(value: Any) -> Any:
 
 
 @cache
-def environment(*, redacted: bool = False) -> jinja2.Environment:
+def environment(*, redacted: bool = False, streaming: bool = True) -> jinja2.Environment:
     """The templates' environment; ``redacted``: every printed string has its secrets masked
-    (``export --format html --redact``)."""
+    (``export --format html --redact``); ``streaming``: async, so a page can stream a whole
+    output from the store as it renders (the export). The server's pages hold nothing to
+    stream and render with the same templates synchronously: Jinja's async mode awaits every
+    call of every macro, which cost a 200-message page half its time."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=True,
-        enable_async=True,
+        enable_async=streaming,
         finalize=_finalize_redacted if redacted else _finalize,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -96,4 +99,5 @@ def stylesheet() -> Markup:
 
 
 async def render(name: str, **context: Any) -> str:
-    return await environment().get_template(name).render_async(**context)
+    """A server page (nothing streamed: no block of it has ``pieces``)."""
+    return environment(streaming=False).get_template(name).render(**context)

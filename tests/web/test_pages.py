@@ -129,3 +129,32 @@ async def test_an_exported_pages_markdown_links_its_own_messages_by_anchor(tmp_p
     html = run_cli("export", ref, "--format", "html", db=path).stdout
     assert f'<a href="#1">{ref}#1</a>' in html and '<a href="#2">the run</a>' in html
     assert not [h for h in re.findall(r'href="([^"]*)"', html) if h.startswith("/")]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Step 12: running case 12 to narrow the failure down.",
+        'a "quoted" word, it\'s (fine) — 50% {x} @me\nsecond line\n\n\nnext paragraph\n',
+        "\n\nx\n\ny\n",
+        "",
+        # not plain: each goes to the parser
+        "1. a list",
+        "- item",
+        "line  \nhard break",
+        "text\n===",
+        "    code",
+        "a *b* c",
+        "see T-01m94hqzmn1hg1k7abfbak27tm#3",
+        "x\r\ny",
+        "<b>x</b> &amp;",
+    ],
+)
+def test_plain_text_skips_the_parser_and_renders_as_it_would(text: str) -> None:
+    from orchestrator.web._markdown import _parser, _plain, markdown
+    from orchestrator.web._views import SERVER
+
+    parsed = _parser().render(text, {"links": SERVER, "open": []})
+    plain = _plain(text)
+    assert plain is None or plain == parsed
+    assert str(markdown(text, SERVER)) == parsed
