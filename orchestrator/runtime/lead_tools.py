@@ -19,7 +19,17 @@ from typing import Annotated, Any, ClassVar, Literal, Protocol, TypeVar
 
 from pydantic import Field, field_validator
 
-from store import Kind, Result, Status, Store, StoreError, ThreadInfo, ThreadRef, format_ref
+from store import (
+    REF_IN_TEXT,
+    Kind,
+    Result,
+    Status,
+    Store,
+    StoreError,
+    ThreadInfo,
+    ThreadRef,
+    format_ref,
+)
 from store.errors import RefError
 from workers import RunOutcome, ScriptError
 from workers.tools import Tool, ToolContext, ToolFailure, ToolInput, ToolOutput
@@ -44,7 +54,7 @@ from .pages import (
     split_offset,
 )
 
-_CITATION = re.compile(r"T-(?:…|\.\.\.)?[0-9a-hjkmnp-tv-z]{4,26}(?:#[0-9]+(?:-[0-9]*)?)?")
+_CITATION = REF_IN_TEXT
 MAX_TASKS_PER_DISPATCH = 1000  # a job file may list many tasks; the lead gets them all at once
 
 

@@ -22,7 +22,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 from markupsafe import Markup
 
-from store import redact
+from store import REF_IN_TEXT, redact
 
 from ._text import shown
 
@@ -34,9 +34,8 @@ if TYPE_CHECKING:
     from ._views import Links
 
 _WEB = re.compile(r"(?i)https?://[^\s]+\Z")
-_REF = re.compile(
-    r"(?<![\w/#.-])T-(?:…|\.\.\.)?[0-9a-z]{4,26}(?:#[0-9]{1,9}(?:-[0-9]{0,9})?)?(?![\w-])"
-)
+_REF = re.compile(rf"(?<![\w/#.-])(?:{REF_IN_TEXT.pattern})(?![\w-])")
+"""A ref in a text (``store.REF_IN_TEXT``), not inside a word or a path."""
 
 
 def _target(href: str, links: Links) -> str | None:
