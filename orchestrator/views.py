@@ -56,7 +56,8 @@ def fork_json(info: AnyThread) -> dict[str, Any] | None:
 
 
 def thread_json(info: AnyThread) -> dict[str, Any]:
-    """A thread's metadata as ``ls`` lists it (and ``show`` starts it)."""
+    """A thread's metadata as ``ls`` lists it (and ``show`` starts it); ``source``: where an
+    imported thread came from (``source_json``), None for any other."""
     return {
         "ref": info.ref,
         "kind": str(info.kind),
@@ -69,6 +70,7 @@ def thread_json(info: AnyThread) -> dict[str, Any]:
         "job": _ref(info.job_id),
         "model": info.model,
         "updated_at": iso(info.updated_at),
+        "source": source_json(info.task),
     }
 
 
@@ -142,14 +144,53 @@ def _ref(thread_id: str | None) -> str | None:
 
 
 def hit_json(hit: Any) -> dict[str, Any]:
-    """One search hit (a ``SearchHit`` or the fast path's ``RawHit``), SPEC ``search``."""
+    """One search hit (a ``SearchHit`` or the fast path's ``RawHit``), SPEC ``search``, and
+    ``marks``: the ``[start, end)`` offsets (in characters) of each match in ``snippet``,
+    which is the text as written, with no marker in it."""
     return {
         "ref": hit.ref,
         "thread": f"T-{hit.thread_id}",
         "seq": hit.seq,
         "role": hit.role,
         "snippet": hit.snippet,
+        "marks": [[start, end] for start, end in hit.marks],
     }
+
+
+HIT_OPEN, HIT_CLOSE = "⟦", "⟧"
+"""How a match is marked where it cannot be styled (piped output, a model's tool output)."""
+
+
+def snippet_parts(
+    snippet: str, marks: Sequence[Sequence[int]], width: int | None = None
+) -> list[tuple[str, bool]]:
+    """``snippet`` cut at its ``marks`` (a hit's): (text, is_match) parts, in order; with
+    ``width``, the parts of its first ``width`` characters, the last cut ending in "…"."""
+    cut = width is not None and len(snippet) > width
+    end = max((width or 0) - 1, 0) if cut else len(snippet)
+    parts: list[tuple[str, bool]] = []
+    pos = 0
+    for start, stop in sorted((int(a), int(b)) for a, b in marks):
+        start, stop = max(start, pos), min(stop, end)
+        if start >= stop:
+            continue
+        parts += [(snippet[pos:start], False), (snippet[start:stop], True)]
+        pos = stop
+    parts.append((snippet[pos:end] + ("…" if cut else ""), False))
+    return [p for p in parts if p[0]]
+
+
+def marked(part: str, is_match: bool) -> str:
+    """One of ``snippet_parts`` as plain text that cannot be misread: a match between
+    ``HIT_OPEN`` and ``HIT_CLOSE``, and those two characters, where the text itself holds
+    them, spelt ``\\u27e6`` and ``\\u27e7`` — so every ⟦ ⟧ printed is a mark."""
+    text = part.replace(HIT_OPEN, "\\u27e6").replace(HIT_CLOSE, "\\u27e7")
+    return f"{HIT_OPEN}{text}{HIT_CLOSE}" if is_match else text
+
+
+def marked_snippet(hit: Any, width: int | None = None) -> str:
+    """A hit's snippet as plain text, its matches marked (``marked``)."""
+    return "".join(marked(t, m) for t, m in snippet_parts(hit.snippet, hit.marks, width))
 
 
 # ----------------------------------------------------------------- tool outputs
@@ -233,7 +274,6 @@ class ThreadView:
             "cost_usd": self.cost,
             "range": None if shown is None else {"start": shown[0], "end": shown[1]},
             "task": info.task,
-            "source": source_json(info.task),
             "error": info.error,
         }
         if self.messages is None:

@@ -82,7 +82,7 @@ if TYPE_CHECKING:
         Verdict,
         Verification,
     )
-    from .refs import ResolvedRef, ThreadRef, format_ref, new_id, shortest_refs
+    from .refs import REF_IN_TEXT, ResolvedRef, ThreadRef, format_ref, new_id, shortest_refs
 
 _WHERE = {
     "AmbiguousRef": ".errors",
@@ -157,6 +157,7 @@ _WHERE = {
     "refresh_secrets": "._redact",
     "secret_variables": "._secrets",
     "shortest_refs": ".refs",
+    "REF_IN_TEXT": ".refs",
     "take_secrets": "._secrets",
     "taken_secrets": "._secrets",
     "transcript_line": "._transcript",
@@ -168,6 +169,7 @@ __all__ = [
     "INLINE_LIMIT",
     "MASK",
     "MAX_OUTPUT_BYTES",
+    "REF_IN_TEXT",
     "TERMINAL_STATUSES",
     "AmbiguousRef",
     "Change",

@@ -317,13 +317,16 @@ class RawUsageTotal(_Plain):
 
 
 class RawHit(_Plain):
-    __slots__ = ("role", "seq", "snippet", "thread_id")
+    __slots__ = ("marks", "role", "seq", "snippet", "thread_id")
 
-    def __init__(self, thread_id: str, seq: int, snippet: str, role: str) -> None:
+    def __init__(
+        self, thread_id: str, seq: int, snippet: str, role: str, marks: list[tuple[int, int]]
+    ) -> None:
         self.thread_id = thread_id
         self.seq = seq
         self.snippet = snippet
         self.role = role
+        self.marks = marks
 
     @property
     def ref(self) -> str:

@@ -261,8 +261,8 @@ def search(
     rows = fts5_rows(
         lambda sql, p: conn.execute(sql, p).fetchall(), query, job_id=job_id, limit=limit
     )
-    for thread_id, seq, role, snip in rows:
+    for thread_id, seq, role, snip, marks in rows:
         if role not in ("user", "assistant"):
             raise Unsupported(f"role {role!r}")
-        hits.append(RawHit(thread_id, int(seq), " ".join(str(snip).split()), role))
+        hits.append(RawHit(thread_id, seq, snip, role, marks))
     return hits

@@ -6,6 +6,7 @@ it without SQLAlchemy."""
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -13,6 +14,42 @@ from .errors import AmbiguousRef, SearchQueryError, ThreadNotFound
 from .refs import format_ref, is_full_id, prefix_upper
 
 SNIPPET_WORDS = 16
+
+
+def hit_markers() -> tuple[str, str]:
+    """The (open, close) strings a search's snippets mark their matches with, new for every
+    search: a random token between private-use characters, which no transcript can spell by
+    chance or by design (it cannot know the token), so ``unmark`` never takes text for a
+    mark. Neither holds whitespace, so collapsing a snippet's whitespace keeps them whole."""
+    token = secrets.token_hex(8)
+    return f"\ue000{token}\ue001", f"\ue002{token}\ue003"
+
+
+def unmark(snippet: str, markers: tuple[str, str]) -> tuple[str, list[tuple[int, int]]]:
+    """A marked snippet as (its text on one line, whitespace collapsed; the ``[start, end)``
+    character offsets of each match in that text): the text is the transcript's, every
+    bracket of it as written, and the matches are known by where they are, never by what
+    surrounds them."""
+    open_, close = markers
+    flat = " ".join(snippet.split())
+    parts: list[str] = []
+    marks: list[tuple[int, int]] = []
+    pos = size = 0
+    while (start := flat.find(open_, pos)) >= 0:
+        end = flat.find(close, start + len(open_))
+        if end < 0:
+            break
+        parts.append(flat[pos:start])
+        size += start - pos
+        hit = flat[start + len(open_) : end]
+        if hit:
+            marks.append((size, size + len(hit)))
+        parts.append(hit)
+        size += len(hit)
+        pos = end + len(close)
+    parts.append(flat[pos:])
+    return "".join(parts), marks
+
 
 CHAIN_SQL = """
 WITH RECURSIVE chain(id, parent, after, head, depth) AS (
@@ -220,7 +257,7 @@ def fts5_search_sql(*, by_job: bool) -> str:
         " top AS (SELECT rid, r FROM hits"
         "  WHERE :n < 1 OR NOT EXISTS (SELECT 1 FROM cut) OR r <= (SELECT r FROM cut))"
         " SELECT f.thread_id, f.seq, m.role,"
-        f" snippet(messages_fts, 0, '[', ']', '…', {SNIPPET_WORDS}) AS snip"
+        f" snippet(messages_fts, 0, :open, :close, '…', {SNIPPET_WORDS}) AS snip"
         " FROM top CROSS JOIN messages_fts f"
         " JOIN messages m ON m.thread_id = f.thread_id AND m.seq = f.seq"
         " WHERE messages_fts MATCH :q AND f.rowid = top.rid"
@@ -265,7 +302,7 @@ def fts5_top_sql(*, by_job: bool) -> str:
         "  WHERE NOT EXISTS (SELECT 1 FROM cut) OR top.r <= (SELECT r FROM cut)"
         "  ORDER BY top.r, f.thread_id DESC, f.seq LIMIT :n)"
         " SELECT page.thread_id, page.seq, m.role,"
-        f" snippet(messages_fts, 0, '[', ']', '…', {SNIPPET_WORDS}) AS snip,"
+        f" snippet(messages_fts, 0, :open, :close, '…', {SNIPPET_WORDS}) AS snip,"
         " (SELECT count(*) FROM top) < :k OR (SELECT max(r) FROM top) > (SELECT r FROM cut)"
         " AS sure"
         " FROM page CROSS JOIN messages_fts f"
@@ -282,17 +319,26 @@ Execute = Callable[[str, dict[str, Any]], Sequence[Sequence[Any]]]
 
 def fts5_rows(
     execute: Execute, query: str, *, job_id: str | None, limit: int
-) -> list[Sequence[Any]]:
-    """The ``(thread_id, seq, role, snippet)`` rows of a search on SQLite, best first: the
-    top-k statement (``fts5_top_sql``), or the full one when that cannot be sure of the page
-    (or no limit is set: ``limit`` < 1 returns nothing for 0, every hit below)."""
+) -> list[tuple[str, int, str, str, list[tuple[int, int]]]]:
+    """The ``(thread_id, seq, role, snippet, marks)`` rows of a search on SQLite, best first
+    (``unmark``: the snippet's text, and where its matches are in it): the top-k statement
+    (``fts5_top_sql``), or the full one when that cannot be sure of the page (or no limit is
+    set: ``limit`` < 1 returns nothing for 0, every hit below)."""
     q = fts5_query(query)
     if not q:
         return []
     limit = min(limit, MAX_ROWS)
-    params: dict[str, Any] = {"q": q, "job": job_id, "n": limit}
+    markers = hit_markers()
+    params: dict[str, Any] = {
+        "q": q,
+        "job": job_id,
+        "n": limit,
+        "open": markers[0],
+        "close": markers[1],
+    }
+    rows: Sequence[Sequence[Any]] = []
     if limit > 0:
         rows = execute(fts5_top_sql(by_job=bool(job_id)), {**params, "k": limit + TOP_SLACK})
-        if not rows or rows[0][4]:
-            return [r[:4] for r in rows]
-    return list(execute(fts5_search_sql(by_job=bool(job_id)), params))
+    if limit <= 0 or (rows and not rows[0][4]):
+        rows = execute(fts5_search_sql(by_job=bool(job_id)), params)
+    return [(r[0], int(r[1]), r[2], *unmark(str(r[3]), markers)) for r in rows]

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ._readsql import MAX_ROWS, SNIPPET_WORDS, fts5_rows, terms
+from ._readsql import MAX_ROWS, SNIPPET_WORDS, fts5_rows, hit_markers, terms, unmark
 from ._sqlite import Tx
 from .models import (
     ContentBlock,
@@ -70,9 +70,7 @@ def _pg_search_sql(*, by_job: bool) -> str:
     job = " AND f.thread_id IN (SELECT id FROM threads WHERE job_id = :job)" if by_job else ""
     return (
         "SELECT h.thread_id, h.seq, m.role,"
-        " ts_headline('simple', f.text, to_tsquery('simple', :q),"
-        f" 'StartSel=[, StopSel=], MaxWords={SNIPPET_WORDS}, MinWords=6, MaxFragments=1')"
-        " AS snip"
+        " ts_headline('simple', f.text, to_tsquery('simple', :q), :opts) AS snip"
         " FROM (SELECT f.thread_id, f.seq, ts_rank(f.tsv, qq) AS r"
         "  FROM messages_fts f CROSS JOIN to_tsquery('simple', :q) qq"
         f"  WHERE f.tsv @@ qq{job}"
@@ -91,13 +89,19 @@ def search(tx: Tx, query: str, *, job_id: str | None, limit: int) -> list[Search
     q = tsquery(query)
     if not q:
         return []
-    params: dict[str, Any] = {"q": q, "n": min(limit, MAX_ROWS), "job": job_id}
-    return hits(tx.fetchall(_pg_search_sql(by_job=bool(job_id)), params))
+    markers = hit_markers()
+    opts = (
+        f"StartSel={markers[0]}, StopSel={markers[1]},"
+        f" MaxWords={SNIPPET_WORDS}, MinWords=6, MaxFragments=1"
+    )
+    params: dict[str, Any] = {"q": q, "n": min(limit, MAX_ROWS), "job": job_id, "opts": opts}
+    rows = tx.fetchall(_pg_search_sql(by_job=bool(job_id)), params)
+    return hits([(t, int(seq), role, *unmark(str(snip), markers)) for t, seq, role, snip in rows])
 
 
 def hits(rows: Sequence[Sequence[Any]]) -> list[SearchHit]:
-    """Search hits of ``(thread_id, seq, role, snippet)`` rows, each snippet on one line."""
+    """Search hits of ``(thread_id, seq, role, snippet, marks)`` rows (``_readsql.unmark``)."""
     return [
-        SearchHit(thread_id=t, seq=int(seq), role=role, snippet=" ".join(str(snip).split()))
-        for t, seq, role, snip, *_ in rows
+        SearchHit(thread_id=t, seq=seq, role=role, snippet=snip, marks=marks)
+        for t, seq, role, snip, marks in rows
     ]

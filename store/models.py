@@ -333,10 +333,14 @@ class ThreadInfo(_Frozen):
 
 
 class SearchHit(_Frozen):
+    """One hit: ``snippet`` the text around the matches as written (on one line), ``marks``
+    the ``[start, end)`` character offsets of each match in it."""
+
     thread_id: str
     seq: int
     snippet: str
     role: Role
+    marks: list[tuple[int, int]] = Field(default_factory=list)
 
     @property
     def ref(self) -> str:

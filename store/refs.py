@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .models import ThreadInfo
 
 __all__ = [
+    "REF_IN_TEXT",
     "ResolvedRef",
     "ThreadRef",
     "format_ref",
@@ -42,6 +43,9 @@ _ID_CHARS = re.compile(r"^[0-9a-hjkmnp-tv-z]+$")
 ELLIPSES = ("…", "...")
 """What marks a ref by the end of its id: ``T-…x2p4`` or ``T-...x2p4`` (SPEC "Refs by their
 end"). Printed as the one character ``…``."""
+REF_IN_TEXT = re.compile(r"T-(?:…|\.\.\.)?[0-9a-hjkmnp-tv-z]{4,26}(?:#[0-9]+(?:-[0-9]*)?)?")
+"""A ref as written in free text (a citation in an answer, a ref in a message): ``T-<id>``, a
+prefix, or ``T-…<end>``, with its ``#n``, ``#a-b`` or ``#a-`` anchor."""
 
 
 def _encode(value: int, length: int) -> str:

@@ -165,10 +165,12 @@ def search(ctx: click.Context, query: str, job: str | None, limit: int) -> None:
     """Full-text search over every message of every thread.
 
     Every word (or "quoted phrase") must occur; punctuation is literal. Hits come best first,
-    one a line: T-…#seq, role, and a snippet with the matches in [brackets]. Read one with
+    one a line: T-…#seq, role, and a snippet with its matches styled (piped: marked ⟦so⟧,
+    and a ⟦ or ⟧ of the text itself printed as \\u27e6 or \\u27e7). Read one with
     `threadloom show T-…#seq`.
 
-    --json: [{ref: "T-…#seq", thread: "T-…", seq, role, snippet}].
+    --json: [{ref: "T-…#seq", thread: "T-…", seq, role, snippet, marks: [[start, end]]}]
+    (marks: where each match is in snippet, in characters).
     """
     if not query.split():
         from ..errors import CliError

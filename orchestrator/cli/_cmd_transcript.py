@@ -20,6 +20,31 @@ if TYPE_CHECKING:
 # ----------------------------------------------------------------- export
 
 
+def _base_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An http(s) URL with a host and nothing after its path, without its trailing ``/``."""
+    if value is None:
+        return None
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value.strip())
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError as exc:
+        raise click.BadParameter(f"{value!r}: {exc}", ctx, param) from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise click.BadParameter(
+            f"{value!r}: an http:// or https:// URL with a host (where `threadloom serve`"
+            " answers), such as http://127.0.0.1:8765",
+            ctx,
+            param,
+        )
+    if parts.query or parts.fragment or any(c.isspace() or c in "<>\"'`" for c in value.strip()):
+        raise click.BadParameter(
+            f"{value!r}: the viewer's address only (no query, fragment, quote or space)", ctx, param
+        )
+    return parts.geturl().rstrip("/")
+
+
 @command("export", short_help="Print a thread's whole transcript (jsonl, Markdown or HTML).")
 @click.argument("ref")
 @click.option(
@@ -31,8 +56,15 @@ if TYPE_CHECKING:
     help="jsonl: one message a line; md: a readable Markdown document; html: the web page.",
 )
 @click.option("--redact", is_flag=True, help="Mask API keys and secret-looking values.")
+@click.option(
+    "--base-url",
+    metavar="URL",
+    callback=_base_url,
+    help="html: where `threadloom serve` shows these threads (http(s)://host:port); refs to"
+    " other threads link there. Without it they are plain text.",
+)
 @click.pass_context
-def export(ctx: click.Context, ref: str, fmt: str, redact: bool) -> None:
+def export(ctx: click.Context, ref: str, fmt: str, redact: bool, base_url: str | None) -> None:
     """Write a thread's whole transcript (a fork's inherited history included) to stdout.
 
     \b
@@ -41,7 +73,9 @@ def export(ctx: click.Context, ref: str, fmt: str, redact: bool) -> None:
     md     title, metadata, result, then every message; tool calls and
            outputs whole in fenced blocks.
     html   the web viewer's page as one self-contained file (stylesheet
-           inlined, no script, nothing fetched); needs the web extra.
+           inlined, no script, nothing fetched); needs the web extra. A ref
+           to a message in the file links to it (#7); a ref elsewhere links
+           to the viewer at --base-url, or is plain text without one.
 
     A ref with a range (T-…#3-9) exports only those messages. --json wraps the export:
     {ref, format, messages: N, text}.
@@ -61,6 +95,8 @@ def export(ctx: click.Context, ref: str, fmt: str, redact: bool) -> None:
         from ._cmd_serve import require_web
 
         require_web("export --format html")
+    elif base_url is not None:
+        raise CliError("export: --base-url is for --format html (the links of the page)")
 
     async def go(store: Store) -> Output:
         resolved = await store.resolve(ref)
@@ -72,7 +108,9 @@ def export(ctx: click.Context, ref: str, fmt: str, redact: bool) -> None:
         if fmt == "html":
             from ..web import write_thread_html
 
-            n = await write_thread_html(store, resolved.ref, spool.write, redact=redact)
+            n = await write_thread_html(
+                store, resolved.ref, spool.write, redact=redact, base_url=base_url
+            )
         else:
             msgs = await store.messages(info.id, start=resolved.start or 1, end=resolved.end)
             n = len(msgs)

@@ -10,7 +10,6 @@ rich, no pydantic at import: the fast path's start-up time is the point.
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..humanize import age, compact
-from ..views import VERDICT_MARKS, hit_json
+from ..views import VERDICT_MARKS, hit_json, marked, snippet_parts
 from ._render import Column, Printer, one_line, status_cell
 from ._thread_text import render_header, render_messages, render_result
 
@@ -27,7 +26,6 @@ if TYPE_CHECKING:
     from ._thread_text import Mode, WholeOutputs
 
 SNIPPET_WIDTH = 160
-_MATCH = re.compile(r"\[([^\[\]]*)\]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +178,8 @@ def _check_cell(check: dict[str, Any] | None) -> list[tuple[str, str | None]]:
 
 
 def search_view(query: str, hits: Sequence[Any]) -> View:
-    """``hits``: ``SearchHit`` or ``RawHit`` (ref, thread_id, seq, role, snippet)."""
+    """``hits``: ``SearchHit`` or ``RawHit`` (ref, thread_id, seq, role, snippet, marks).
+    A match is styled on a terminal and marked ⟦so⟧ when piped (``views.marked``)."""
     data = [hit_json(h) for h in hits]
 
     def text(p: Printer) -> None:
@@ -192,12 +191,11 @@ def search_view(query: str, hits: Sequence[Any]) -> View:
                 (h.ref.ljust(width), "bold"),
                 (f"  {h.role:<9}  ", "dim"),
             ]
-            snippet, pos = one_line(h.snippet, SNIPPET_WIDTH), 0
-            for m in _MATCH.finditer(snippet):
-                parts.append((snippet[pos : m.start()], None))
-                parts.append((m.group(0) if not p.styled else m.group(1), "bold yellow"))
-                pos = m.end()
-            parts.append((snippet[pos:], None))
+            for part, hit in snippet_parts(h.snippet, h.marks, SNIPPET_WIDTH):
+                if p.styled:  # on a terminal the style tells a match; piped, the marks do
+                    parts.append((part, "bold yellow" if hit else None))
+                else:
+                    parts.append((marked(part, hit), None))
             p.parts(parts)
 
     return View(data, text)

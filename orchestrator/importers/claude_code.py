@@ -87,9 +87,9 @@ def parse_file(path: Path, lines: Iterable[str] | None = None) -> list[Session]:
     out = [main]
     sub_dir = path.with_suffix("") / "subagents"
     if lines is None and confine().is_dir(sub_dir):
-        titles = _task_titles(main)
+        titles, agents = _task_titles(main), _task_agents(data)
         for f in confine().files(sub_dir, ".jsonl"):
-            out.append(_subagent(f, session_dir=path.with_suffix(""), titles=titles))
+            out.append(_subagent(f, session_dir=path.with_suffix(""), titles=titles, agents=agents))
     return out
 
 
@@ -98,8 +98,11 @@ def _subagent(
     *,
     session_dir: Path,
     titles: dict[str, str] | None = None,
+    agents: dict[str, str] | None = None,
     data: JsonLines | None = None,
 ) -> Session:
+    """A subagent's session; ``titles``: Task call id → its description, ``agents``: agent
+    id → the Task call that ran it (``_task_agents``), for a subagent without a meta file."""
     loaded = read_json(path.with_name(path.stem + ".meta.json"))
     meta: dict[str, Any] = loaded if isinstance(loaded, dict) else {}
     agent = path.stem.removeprefix("agent-")
@@ -114,7 +117,7 @@ def _subagent(
         session_id=f"{parent}/{agent}",
     )
     sess.parent_key = f"{FORMAT}:{parent}"
-    tool_use = meta.get("toolUseId")
+    tool_use = meta.get("toolUseId") or (agents or {}).get(agent)
     if isinstance(tool_use, str):
         sess.source["tool_use_id"] = tool_use
         if titles and tool_use in titles:
@@ -135,6 +138,24 @@ def _task_titles(main: Session) -> dict[str, str]:
             desc = b.input.get("description")
             if isinstance(desc, str) and desc:
                 out[b.id] = desc
+    return out
+
+
+def _task_agents(data: JsonLines) -> dict[str, str]:
+    """agent id → the id of the Task call that ran it, from the main file's Task results
+    (their ``toolUseResult.agentId``): which call spawned each subagent, where no
+    ``agent-<id>.meta.json`` says so."""
+    out: dict[str, str] = {}
+    for obj in data.objects:
+        result, message = obj.get("toolUseResult"), obj.get("message")
+        if not isinstance(result, dict) or not isinstance(message, dict):
+            continue
+        agent, content = result.get("agentId"), message.get("content")
+        if not isinstance(agent, str) or not isinstance(content, list):
+            continue
+        for block in content:
+            if isinstance(block, dict) and isinstance(block.get("tool_use_id"), str):
+                out.setdefault(agent, block["tool_use_id"])
     return out
 
 

@@ -19,7 +19,17 @@ from typing import Annotated, Any, ClassVar, Literal, Protocol, TypeVar
 
 from pydantic import Field, field_validator
 
-from store import Kind, Result, Status, Store, StoreError, ThreadInfo, ThreadRef, format_ref
+from store import (
+    REF_IN_TEXT,
+    Kind,
+    Result,
+    Status,
+    Store,
+    StoreError,
+    ThreadInfo,
+    ThreadRef,
+    format_ref,
+)
 from store.errors import RefError
 from workers import RunOutcome, ScriptError
 from workers.tools import Tool, ToolContext, ToolFailure, ToolInput, ToolOutput
@@ -35,7 +45,7 @@ from ..jobs import (
     check_title,
     check_tools,
 )
-from ..views import claim_lines
+from ..views import claim_lines, marked_snippet
 from .pages import (
     DEFAULT_MAX_CHARS,
     READ_THREAD_DESCRIPTION,
@@ -44,7 +54,7 @@ from .pages import (
     split_offset,
 )
 
-_CITATION = re.compile(r"T-(?:…|\.\.\.)?[0-9a-hjkmnp-tv-z]{4,26}(?:#[0-9]+(?:-[0-9]*)?)?")
+_CITATION = REF_IN_TEXT
 MAX_TASKS_PER_DISPATCH = 1000  # a job file may list many tasks; the lead gets them all at once
 
 
@@ -349,7 +359,7 @@ class SearchThreadsTool(JobTool[SearchInput]):
     name: ClassVar[str] = "search_threads"
     description: ClassVar[str] = (
         "Full-text search over every message of every thread of this job; hits are refs"
-        " (T-…#n) with a snippet."
+        " (T-…#n) with a snippet, each match in it marked ⟦so⟧."
     )
     Input = SearchInput
     replay_safe: ClassVar[bool] = True
@@ -358,7 +368,7 @@ class SearchThreadsTool(JobTool[SearchInput]):
         hits = await self.rt.store.search(args.query, job_id=self.rt.lead_id, limit=args.limit)
         if not hits:
             return ToolOutput(f"no message matches {args.query!r}")
-        return ToolOutput("\n".join(f"{h.ref} {h.role}: {h.snippet}" for h in hits))
+        return ToolOutput("\n".join(f"{h.ref} {h.role}: {marked_snippet(h)}" for h in hits))
 
 
 class ResumeInput(ToolInput):

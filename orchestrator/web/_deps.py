@@ -13,9 +13,10 @@ class WebUnavailable(Exception):
 
 
 def require_web(what: str, *, server: bool = False) -> None:
-    """Raise ``WebUnavailable`` unless Jinja2 (and, for a ``server``, Starlette and uvicorn)
-    can be imported. ``what`` names the command for the message (``serve``, ``export``)."""
-    needed = ["jinja2"] + (["starlette", "uvicorn"] if server else [])
+    """Raise ``WebUnavailable`` unless Jinja2 and markdown-it-py (and, for a ``server``,
+    Starlette and uvicorn) can be imported. ``what`` names the command for the message
+    (``serve``, ``export``)."""
+    needed = ["jinja2", "markdown_it"] + (["starlette", "uvicorn"] if server else [])
     missing = [name for name in needed if importlib.util.find_spec(name) is None]
     if missing:
         raise WebUnavailable(

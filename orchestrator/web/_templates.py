@@ -9,8 +9,7 @@ page renders (bounded memory), with the very templates the server uses.
 
 from __future__ import annotations
 
-import re
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +20,10 @@ from store import redact
 
 from ..humanize import age, compact, count
 from ..humanize import timestamp as stamp
-from ..views import VERDICT_MARKS
+from ..views import VERDICT_MARKS, snippet_parts
+from ._markdown import markdown
 from ._text import shown
-from ._views import PAGE, message_url, ref_url, thread_url, usage_line
+from ._views import PAGE, SERVER, usage_line
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"
@@ -31,8 +31,6 @@ STATIC = HERE / "static"
 
 STATUSES = ("idle", "queued", "running", "done", "failed", "interrupted", "cancelled")
 KINDS = ("lead", "worker", "reader")
-
-_MATCH = re.compile(r"\[([^\[\]]*)\]")
 
 
 def _finalize(value: Any) -> Any:
@@ -51,25 +49,17 @@ def _finalize_redacted(value: Any) -> Any:
     return _finalize(value)
 
 
-def marks(snippet: str) -> list[tuple[str, bool]]:
-    """A search snippet (its matches in [brackets]) as (text, is_match) parts."""
-    parts, pos = [], 0
-    for m in _MATCH.finditer(snippet):
-        parts.append((snippet[pos : m.start()], False))
-        parts.append((m.group(1), True))
-        pos = m.end()
-    parts.append((snippet[pos:], False))
-    return [p for p in parts if p[0]]
-
-
 @cache
-def environment(*, redacted: bool = False) -> jinja2.Environment:
+def environment(*, redacted: bool = False, streaming: bool = True) -> jinja2.Environment:
     """The templates' environment; ``redacted``: every printed string has its secrets masked
-    (``export --format html --redact``)."""
+    (``export --format html --redact``); ``streaming``: async, so a page can stream a whole
+    output from the store as it renders (the export). The server's pages hold nothing to
+    stream and render with the same templates synchronously: Jinja's async mode awaits every
+    call of every macro, which cost a 200-message page half its time."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=True,
-        enable_async=True,
+        enable_async=streaming,
         finalize=_finalize_redacted if redacted else _finalize,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -82,12 +72,11 @@ def environment(*, redacted: bool = False) -> jinja2.Environment:
         age=age,
         compact=compact,
         count=count,
-        marks=marks,
-        message_url=message_url,
+        snippet_parts=snippet_parts,
         stamp=stamp,
-        thread_url=thread_url,
+        links=SERVER,
+        markdown=partial(markdown, redacted=redacted),
         usage_line=usage_line,
-        evidence_url=ref_url,
         claims_of=claims_of,
         VERDICT_MARKS=VERDICT_MARKS,
         standalone=False,
@@ -110,4 +99,5 @@ def stylesheet() -> Markup:
 
 
 async def render(name: str, **context: Any) -> str:
-    return await environment().get_template(name).render_async(**context)
+    """A server page (nothing streamed: no block of it has ``pieces``)."""
+    return environment(streaming=False).get_template(name).render(**context)

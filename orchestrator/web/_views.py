@@ -9,7 +9,7 @@ what one of ``PAGE`` does; ``/t/T-…#n`` for an n past the first page is reache
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import quote
@@ -50,17 +50,63 @@ def message_url(ref: str, seq: int) -> str:
     return f"/t/{ref}#{seq}" if start == 1 else f"/t/{ref}?from={start}#{seq}"
 
 
-def ref_url(text: str) -> str | None:
-    """The page of a ref written in a result (``T-…``, ``T-…#7``, ``T-…#7-9``); None when
-    ``text`` is not a ref."""
-    from store import ThreadRef
+@dataclass(frozen=True, slots=True)
+class Links:
+    """Where a ref leads from a page: the one maker of every link to a thread, a message or a
+    job, for the server's pages and the HTML export alike.
 
-    try:
-        parsed = ThreadRef.parse(text)
-    except Exception:  # a result's evidence is free text the worker wrote: not always a ref
-        return None
-    ref = str(parsed.thread)  # ``T-…x2p4`` stays a ref by its end, which the page resolves
-    return message_url(ref, parsed.start) if parsed.start else thread_url(ref)
+    A message on the page itself (``here``: the shown thread and the ancestors whose messages
+    it shares, each with the last seq it shares; ``first``–``last``: the range on the page)
+    is its anchor, ``#7``, which works in a file as on the server. Anything else is a page of
+    the viewer at ``base`` ("" on the server: its own paths; an export's ``--base-url``), or,
+    in an export without one, no link at all (None: the template prints the ref as text), never
+    a ``/t/…`` path that leads nowhere from a file."""
+
+    base: str | None = ""
+    here: tuple[tuple[str, int], ...] = ()
+    first: int = 1
+    last: int = 0
+
+    def thread(self, ref: str) -> str | None:
+        return None if self.base is None else self.base + thread_url(ref)
+
+    def job(self, ref: str) -> str | None:
+        return None if self.base is None else f"{self.base}/job/{ref}"
+
+    def message(self, ref: str, seq: int, *, local: bool = True) -> str | None:
+        """Message ``seq`` of ``ref``; ``local`` False: on its own thread's page even when
+        the same message is on this one (where an inherited message came from)."""
+        from store import ThreadRef
+
+        if local and self.first <= seq <= self.last:
+            try:
+                named = ThreadRef.parse(ref)
+            except Exception:  # not a ref: nothing on this page
+                named = None
+            if named is not None and any(named.matches(i) and seq <= n for i, n in self.here):
+                return f"#{seq}"
+        return None if self.base is None else self.base + message_url(ref, seq)
+
+    def ref(self, text: str) -> str | None:
+        """Where a ref written in a result or a message leads (``T-…``, ``T-…#7``,
+        ``T-…#7-9``: its first message); None when ``text`` is not a ref."""
+        from store import ThreadRef
+
+        try:
+            parsed = ThreadRef.parse(text)
+        except Exception:  # a result's evidence is free text the worker wrote: not always a ref
+            return None
+        ref = str(parsed.thread)  # ``T-…x2p4`` stays a ref by its end, which the page resolves
+        return self.message(ref, parsed.start) if parsed.start else self.thread(ref)
+
+
+SERVER = Links()
+"""The server's links from a page that shows no thread (the list, a job tree, a search)."""
+
+
+def ref_url(text: str) -> str | None:
+    """The server's page of a ref written in a result; None when ``text`` is not a ref."""
+    return SERVER.ref(text)
 
 
 # ----------------------------------------------------------------- messages
@@ -82,6 +128,10 @@ class Block:
     error: bool = False
     whole: str | None = None
     pieces: AsyncIterator[str] | None = None
+    spawned: Sequence[ThreadInfo] = ()
+    """The threads a call spawned (a ``dispatch``'s workers, an imported ``Task``'s subagent)."""
+    markdown: bool = False
+    """A text to render as Markdown (an assistant's)."""
 
     @property
     def omitted(self) -> int:
@@ -127,12 +177,13 @@ def message_views(
     whole: WholeLink | None = None,
     store: Store | None = None,
     redact: bool = False,
+    spawned: Mapping[str, Sequence[ThreadInfo]] | None = None,
 ) -> list[MessageView]:
     """The messages as shown. ``before``: the message preceding the range (it names the tools
     whose results open it). ``whole``: links to whole inputs and outputs (the server); without
     one (the export), inputs and inline outputs are shown whole and the outputs stored apart
     are streamed from ``store`` — ``redact``: masked as one stream (``store.redacted``), before
-    the page escapes them."""
+    the page escapes them. ``spawned``: tool-use id → the threads that call spawned."""
     names: dict[str, str] = {}
     if before is not None:
         names.update((b.id, b.name) for b in before.content if b.type == "tool_use")
@@ -146,12 +197,16 @@ def message_views(
         )
         for i, b in enumerate(m.content):
             if b.type == "text":
-                view.blocks.append(_prose("text", m.seq, i, b.text, whole))
+                view.blocks.append(
+                    _prose("text", m.seq, i, b.text, whole, markdown=m.role == "assistant")
+                )
             elif b.type == "thinking":
                 view.blocks.append(_prose("thinking", m.seq, i, b.thinking, whole))
             elif b.type == "tool_use":
                 names[b.id] = b.name
-                view.blocks.append(_call(m.seq, b.id, b.name, b.input, whole))
+                block = _call(m.seq, b.id, b.name, b.input, whole)
+                block.spawned = (spawned or {}).get(b.id, ())
+                view.blocks.append(block)
             else:
                 name = names.get(b.tool_use_id, b.tool_use_id)
                 view.blocks.append(_result(m, b, name, whole, store, redact=redact))
@@ -160,10 +215,17 @@ def message_views(
 
 
 def _prose(
-    kind: Literal["text", "thinking"], seq: int, index: int, text: str, whole: WholeLink | None
+    kind: Literal["text", "thinking"],
+    seq: int,
+    index: int,
+    text: str,
+    whole: WholeLink | None,
+    *,
+    markdown: bool = False,
 ) -> Block:
     """A text or thinking block: on a server page capped like a tool output (head and tail of
-    ``TEXT_CAP_CHARS`` / ``TEXT_CAP_LINES``, the whole block linked), whole in the export."""
+    ``TEXT_CAP_CHARS`` / ``TEXT_CAP_LINES``, the whole block linked), whole in the export;
+    ``markdown``: drawn as Markdown (an assistant's text)."""
     head, tail = (
         cap(text, max_lines=TEXT_CAP_LINES, max_chars=TEXT_CAP_CHARS)
         if whole is not None
@@ -176,6 +238,7 @@ def _prose(
         size=f"{count(len(text))} chars",
         total=len(text),
         whole=whole(seq, str(index), "text") if tail and whole is not None else None,
+        markdown=markdown,
     )
 
 
@@ -254,6 +317,14 @@ class ThreadPage:
     parent: ThreadInfo | None
     children: list[ThreadInfo]
     forks: list[ThreadInfo]
+    links: Links = SERVER
+
+    @property
+    def source(self) -> dict[str, Any] | None:
+        """Where an imported thread came from (``format``, ``session_id``, ``path`` …)."""
+        from orchestrator.views import source_json
+
+        return source_json(self.info.task)
 
     @property
     def live(self) -> bool:
@@ -276,22 +347,28 @@ async def thread_page(orch: Orchestrator, ref: str, *, start: int = 1) -> Thread
     first = min(max(start, 1), max(info.head_seq, 1))
     last = min(first + PAGE - 1, info.head_seq)
     ranged = f"{info.ref}#{first}-{last}" if info.head_seq else info.ref
-    return await _page(orch, await orch.thread_view(ranged), export=False)
+    return await _page(orch, await orch.thread_view(ranged), base="")
 
 
-async def export_page(orch: Orchestrator, ref: str, *, redact: bool = False) -> ThreadPage:
+async def export_page(
+    orch: Orchestrator, ref: str, *, redact: bool = False, base_url: str | None = None
+) -> ThreadPage:
     """Every message of thread ``ref`` (or of the range it names) on one page, whole;
-    ``redact``: the outputs stored apart are streamed masked."""
-    return await _page(orch, await orch.thread_view(ref), export=True, redact=redact)
+    ``redact``: the outputs stored apart are streamed masked; refs elsewhere link to the
+    viewer at ``base_url``, or are text without one."""
+    return await _page(orch, await orch.thread_view(ref), base=base_url, redact=redact)
 
 
 async def _page(
-    orch: Orchestrator, view: ThreadView, *, export: bool, redact: bool = False
+    orch: Orchestrator, view: ThreadView, *, base: str | None, redact: bool = False
 ) -> ThreadPage:
+    """``base``: "" for the server's page, an export's base URL (or None)."""
+    export = base != ""
     # the API's views hold the store's models (the fast read path's plain ones never get here)
     info = cast("ThreadInfo", view.info)
     msgs = cast("Sequence[Message]", view.messages or [])
     store = orch.store
+    children = await store.children(info.id)
     shown = message_views(
         info,
         msgs,
@@ -299,20 +376,54 @@ async def _page(
         whole=None if export else server_links(info.ref),
         store=store,
         redact=redact,
+        spawned=await _spawned(store, info, children),
     )
+    first, last = (msgs[0].seq, msgs[-1].seq) if msgs else (1, 0)
     # the lineage beyond show's (job, parent, children and forks as links)
     return ThreadPage(
         info=info,
         messages=shown,
-        first=msgs[0].seq if msgs else 1,
-        last=msgs[-1].seq if msgs else 0,
+        first=first,
+        last=last,
         usage=cast("Usage", view.usage),
         cost=view.cost,
         job=None if info.job_id == info.id else await store.get_thread(info.job_id),
         parent=await store.get_thread(info.parent_id) if info.parent_id else None,
-        children=await store.children(info.id),
+        children=children,
         forks=await store.forks(info.id),
+        links=Links(base, await _lineage(store, info), first, last),
     )
+
+
+async def _spawned(
+    store: Store, info: ThreadInfo, children: Sequence[ThreadInfo]
+) -> dict[str, list[ThreadInfo]]:
+    """tool-use id → the children that call spawned: a lead's dispatch rows, and an imported
+    subagent's ``source.tool_use_id`` (the ``Task`` call that ran it)."""
+    out: dict[str, list[ThreadInfo]] = {}
+    if not children:
+        return out
+    by_id = {c.id: c for c in children}
+    if str(info.kind) == "lead":
+        for d in await store.dispatches.of_lead(info.id):
+            if d.worker_id in by_id:
+                out.setdefault(d.tool_use_id, []).append(by_id[d.worker_id])
+    for c in children:
+        call = ((c.task or {}).get("source") or {}).get("tool_use_id")
+        if isinstance(call, str) and c not in out.get(call, ()):
+            out.setdefault(call, []).append(c)
+    return out
+
+
+async def _lineage(store: Store, info: ThreadInfo) -> tuple[tuple[str, int], ...]:
+    """The thread and each ancestor whose messages it shares, with the last seq it shares
+    (``T-parent#3`` is ``T-fork#3`` up to the fork point)."""
+    out = [(info.id, info.head_seq)]
+    origin = info.forked_from
+    while origin is not None:
+        out.append((origin.thread_id, min(origin.at, out[-1][1])))
+        origin = (await store.get_thread(origin.thread_id)).forked_from
+    return tuple(out)
 
 
 def usage_line(usage: Usage, cost: float) -> str:

@@ -81,7 +81,7 @@ def test_every_door_shows_each_claims_verdict_computed_once(env: Env) -> None:
     html = env.run("export", bad, "--format", "html").stdout
     assert (
         '<span class="verdict verdict-contradicted" title="claimed passing, but `pytest -q'
-        f' pkg/test_mod_1.py` exited 1 at {bad}#5"><a href="/t/{bad}#5">✗ contradicted</a>'
+        f' pkg/test_mod_1.py` exited 1 at {bad}#5"><a href="#5">✗ contradicted</a>'
     ) in html
 
 

@@ -228,13 +228,13 @@ def test_tree_shows_spawn_and_fork_edges_with_status_and_tokens(sample: Sample) 
 
 def test_search_lists_hits_as_refs_with_snippets(sample: Sample) -> None:
     text = invoke("search", "tokenizer whitespace", db=sample.path).stdout
-    hit = "assistant  The [tokenizer] splits on [whitespace] only."
+    hit = "assistant  The ⟦tokenizer⟧ splits on ⟦whitespace⟧ only."
     assert text.splitlines()[0] == f"{sample.ref('worker')}#6  {hit}"
     hits = json_out(invoke("--json", "search", "output line", db=sample.path))
     assert {(h["ref"], h["thread"], h["seq"]) for h in hits} == {
         (f"{sample.ref('worker')}#3", sample.ref("worker"), 3)
     }
-    assert "[output]" in hits[0]["snippet"]
+    assert "output" in [hits[0]["snippet"][a:b] for a, b in hits[0]["marks"]]
     assert (
         json_out(invoke("--json", "search", "zebra", "--job", sample.ref("lead"), db=sample.path))
         == []

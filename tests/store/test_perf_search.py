@@ -74,8 +74,19 @@ async def _reference(store: Store, query: str, *, job_id: str | None, limit: int
     return await store.db.read(fn)
 
 
+def _bracketed(snippet: str, marks: list[tuple[int, int]]) -> str:
+    """The snippet as the reference statement marks it: each match in [brackets]."""
+    for start, end in reversed(marks):
+        snippet = f"{snippet[:start]}[{snippet[start:end]}]{snippet[end:]}"
+    return snippet
+
+
 def _tuples(hits: list[SearchHit]) -> list[Any]:
-    return [(h.thread_id, h.seq, h.role, h.snippet) for h in hits]
+    return [(h.thread_id, h.seq, h.role, _bracketed(h.snippet, h.marks)) for h in hits]
+
+
+def _rows(rows: list[Any]) -> list[Any]:
+    return [(t, seq, role, _bracketed(snip, marks)) for t, seq, role, snip, marks in rows]
 
 
 async def _corpus(store: Store) -> list[str]:
@@ -148,11 +159,11 @@ async def test_the_full_statement_answers_only_when_ties_may_reach_past_the_kept
         ranks = [r for (r,) in conn.execute(_RANKS, (q,))]
         n = next(i for i in range(1, len(ranks)) if ranks[i - 1] == ranks[i])  # a tie at the cut
         want = await _reference(store, "parser error", job_id=None, limit=n)
-        assert [tuple(r) for r in fts5_rows(execute, "parser error", job_id=None, limit=n)] == want
+        assert _rows(fts5_rows(execute, "parser error", job_id=None, limit=n)) == want
         assert ran == ["top"]  # n + 500 kept: every tie of the n-th rank among them
         ran.clear()
         monkeypatch.setattr(_readsql, "TOP_SLACK", 1)  # n + 1 kept: the ties may run past
-        assert [tuple(r) for r in fts5_rows(execute, "parser error", job_id=None, limit=n)] == want
+        assert _rows(fts5_rows(execute, "parser error", job_id=None, limit=n)) == want
         assert ran == ["top", "full"]
         ran.clear()
         assert fts5_rows(execute, "zzyzx", job_id=None, limit=5) == [] and ran == ["top"]

@@ -146,3 +146,19 @@ async def test_a_repeated_word_counts_once_and_too_many_words_are_refused(store:
         SearchQueryError, match=rf"65 different words or phrases: at most {MAX_TERMS}"
     ):
         await store.search(words + " one-more")
+
+
+async def test_a_snippet_keeps_its_brackets_and_says_where_its_matches_are(store: Store) -> None:
+    # the snippet is the text as written — brackets, the ⟦ ⟧ a piped search prints, and the
+    # private-use characters the store marks matches with internally — and each match is
+    # known by its offsets, never by what surrounds it
+    text = "emit _BINARY[op] then [op] again; ⟦op⟧ and \ue000op\ue001 stay text"
+    made = await store.create_thread(kind="lead", messages=[user(text)])
+    [hit] = await store.search("op")
+    assert hit.thread_id == made.id
+    assert "_BINARY[op]" in hit.snippet and "⟦op⟧" in hit.snippet
+    assert "\ue000op\ue001" in hit.snippet
+    assert hit.marks and all(hit.snippet[a:b].lower() == "op" for a, b in hit.marks)
+    assert [hit.snippet[a - 1 : b + 1] for a, b in hit.marks][:3] == ["[op]", "[op]", "⟦op⟧"]
+    [both] = await store.search("then op")
+    assert {both.snippet[a:b].lower() for a, b in both.marks} == {"then", "op"}

@@ -190,3 +190,24 @@ def test_a_whole_output_opens_from_its_link_whatever_the_tool_use_id(tmp_path: P
             what = "input" if n % 2 == 0 else "output"
             expect(page).to_have_url(re.compile(rf"^{url}/t/{ref}/{what}/{n + 2}\?id="))
             assert page.locator("body").inner_text().rstrip("\n") == whole.rstrip("\n")
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("browser_ready")
+@pytest.mark.parametrize("width", [1280, 400])
+def test_no_page_runs_off_the_screen_and_no_ref_wraps(tmp_path: Path, width: int) -> None:
+    db = str(tmp_path / "threads.db")
+    refs = asyncio.run(_make(Path(db)))
+    pages = ["/", f"/t/{refs.worker}", f"/t/{refs.fork}", f"/job/{refs.worker}", "/search?q=fix"]
+    with viewer(db) as url, chromium() as browser:
+        page = browser.new_page(viewport={"width": width, "height": 800})
+        for path in pages:
+            page.goto(url + path)
+            overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+            assert overflow <= 0, f"{path} at {width}px runs {overflow}px off the screen"
+            # a ref is one word on one line: one box per link, wherever it is
+            wrapped = page.evaluate(
+                "[...document.querySelectorAll('a.ref, code.ref')]"
+                ".filter(e => e.getClientRects().length > 1).map(e => e.textContent)"
+            )
+            assert wrapped == [], f"{path} at {width}px wraps {wrapped}"

@@ -172,3 +172,62 @@ def test_export_html_redact_masks_a_secret_that_escaping_would_spell_apart(
     assert "the token is [REDACTED] (keep it)" in masked.stdout
     assert escaped not in masked.stdout and secret not in masked.stdout
     assert "0123456789abcdef" not in masked.stdout
+
+
+def _hrefs(html: str) -> list[str]:
+    return re.findall(r'href="([^"]*)"', html)
+
+
+def test_an_exported_page_links_its_own_messages_by_anchor_and_nothing_to_a_dead_path(
+    db: tuple[str, Refs],
+) -> None:
+    refs = refs_of(db)
+    html = run_cli("export", refs.worker, "--format", "html", db=db[0]).stdout
+    assert '<a class="ref" href="#3">' in html  # the finding's evidence, in this file
+    assert all(h.startswith("#") for h in _hrefs(html)), _hrefs(html)
+    # the parent, the job and the fork are elsewhere: their refs, as text
+    assert f'<code class="ref">{refs.lead}</code>' in html
+    assert f'<code class="ref">{refs.fork}</code>' in html
+    # a range without message 3: its evidence is elsewhere too
+    ranged = run_cli("export", f"{refs.worker}#4-6", "--format", "html", db=db[0]).stdout
+    assert f'<code class="ref">{refs.worker}#3</code>' in ranged
+    assert all(h.startswith("#") for h in _hrefs(ranged)), _hrefs(ranged)
+
+
+def test_an_export_with_a_base_url_links_other_threads_to_that_viewer(
+    db: tuple[str, Refs],
+) -> None:
+    refs = refs_of(db)
+    base = "http://127.0.0.1:8765"
+    html = run_cli(
+        "export", refs.worker, "--format", "html", "--base-url", base + "/", db=db[0]
+    ).stdout
+    assert '<a class="ref" href="#3">' in html  # in the file: still its anchor
+    assert f'href="{base}/t/{refs.lead}"' in html and f'href="{base}/job/{refs.lead}"' in html
+    assert f'href="{base}/t/{refs.fork}"' in html
+    assert all(h.startswith(("#", base + "/")) for h in _hrefs(html)), _hrefs(html)
+    ranged = run_cli(
+        "export", f"{refs.worker}#4-6", "--format", "html", "--base-url", base, db=db[0]
+    ).stdout
+    assert f'<a class="ref" href="{base}/t/{refs.worker}#3">' in ranged
+    # a fork's inherited messages say where they came from, on that thread's page
+    fork = run_cli("export", refs.fork, "--format", "html", "--base-url", base, db=db[0]).stdout
+    assert f'from <a class="ref" href="{base}/t/{refs.worker}#1">' in fork
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--format", "html", "--base-url", "javascript:alert(1)"], "http:// or https://"),
+        (["--format", "html", "--base-url", "http://h/x?y=1"], "no query"),
+        (["--format", "html", "--base-url", 'http://h/"onload="x'], "no query"),
+        (["--format", "md", "--base-url", "http://h"], "--base-url is for --format html"),
+    ],
+)
+def test_a_bad_base_url_is_one_line_and_exit_2(
+    db: tuple[str, Refs], args: list[str], needle: str
+) -> None:
+    done = run_cli("export", refs_of(db).worker, *args, db=db[0])
+    assert done.returncode == 2 and done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith("threadloom: error: ") and needle in line, line

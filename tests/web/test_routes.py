@@ -48,7 +48,7 @@ def test_a_thread_page_anchors_every_message_by_seq_with_lineage_and_result(
     assert f'href="/t/{refs.fork}"' in html  # its fork
     assert "The tokenizer dropped the closing quote." in html  # the result at the top
     assert html.index("The tokenizer dropped") < html.index('id="1"')
-    assert f'href="/t/{refs.worker}#3"' in html  # evidence links to the message
+    assert 'href="#3"' in html  # evidence links to the message, here on this page
     assert "The quote handling looks off by one." in html  # thinking shown
 
 
@@ -244,3 +244,22 @@ def test_a_query_the_store_cannot_search_is_never_a_500(client: TestClient) -> N
     # a job that is no thread is still the ref's own error, not the query's
     assert client.get("/search", params={"q": "x", "job": "T-zzzzzzzz"}).status_code == 404
     assert client.get("/search", params={"q": "x", "job": "nonsense"}).status_code == 400
+
+
+async def test_search_marks_matches_from_their_offsets_not_from_the_texts_brackets(
+    tmp_path: Path,
+) -> None:
+    from store import NewMessage, Store
+
+    path = tmp_path / "brackets.db"
+    async with await Store.open(str(path)) as store:
+        await store.create_thread(
+            kind="worker", messages=[NewMessage.user("emit _BINARY[op] then [x] and [op]")]
+        )
+    from orchestrator.web import create_app
+
+    with TestClient(create_app(str(path))) as c:
+        html = c.get("/search", params={"q": "op"}).text
+    snippet = re.search(r'<span class="snippet">(.*?)</span>', html)
+    assert snippet is not None
+    assert snippet.group(1) == "emit _BINARY[<mark>op</mark>] then [x] and [<mark>op</mark>]"
