@@ -132,6 +132,8 @@ def markdown(text: str, links: Links, *, redacted: bool = False) -> Markup:
     and refs."""
     drawn = shown(redact(text) if redacted else text)
     plain = _plain(drawn)
-    if plain is not None:
-        return Markup(plain)
-    return Markup(_parser().render(drawn, {"links": links, "open": []}))
+    html = plain if plain is not None else _parser().render(drawn, {"links": links, "open": []})
+    # markdown-it escapes &, <, > and " only; ' too, as Jinja does everywhere else on the page,
+    # so no text can close a quote whatever attribute it lands in (its own attributes are
+    # double-quoted, where &#39; reads back as ')
+    return Markup(html.replace("'", "&#39;"))

@@ -157,4 +157,4 @@ def test_plain_text_skips_the_parser_and_renders_as_it_would(text: str) -> None:
     parsed = _parser().render(text, {"links": SERVER, "open": []})
     plain = _plain(text)
     assert plain is None or plain == parsed
-    assert str(markdown(text, SERVER)) == parsed
+    assert str(markdown(text, SERVER)) == parsed.replace("'", "&#39;")
