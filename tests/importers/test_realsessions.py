@@ -12,10 +12,8 @@ import pytest
 from orchestrator.importers import import_sessions
 from orchestrator.views import output_summary
 from store import Store, ToolResultBlock
+from tests.realsessions import CLAUDE, CODEX, REAL, require
 
-REAL = Path(__file__).resolve().parents[2].parent / "shared" / "realsessions"
-CODEX = REAL / "codex" / "sessions"
-CLAUDE = REAL / "claude" / "projects"
 SHELL_040 = (
     CODEX / "2025/09/24/rollout-2025-09-24T19-22-20-01997e76-d124-7592-9cac-2ec05abbca08.jsonl"
 )
@@ -29,7 +27,7 @@ DESKTOP_0128 = (
 
 @pytest.fixture(autouse=True)
 def _corpus() -> None:
-    assert REAL.is_dir(), f"the real session files are missing: {REAL} (../shared/realsessions)"
+    require(REAL)
 
 
 def _at(iso: str) -> datetime:

@@ -19,10 +19,11 @@ import tempfile
 from pathlib import Path
 
 from tests.orchestrator.test_cli_helpers import run_cli
+from tests.realsessions import CLAUDE
 from tests.web._browser import chromium, viewer
 from tests.web.conftest import _make
 
-REAL = Path("/work/shared/realsessions/claude/projects/-Users-User-repo-codemie-ai-codemie-code")
+REAL = CLAUDE / "-Users-User-repo-codemie-ai-codemie-code"
 WIDTHS = (1280, 400)
 
 

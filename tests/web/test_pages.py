@@ -13,9 +13,9 @@ from starlette.testclient import TestClient
 from orchestrator.web import create_app
 from store import NewMessage, Store, ToolResultBlock, ToolUseBlock
 from tests.orchestrator.test_cli_helpers import run_cli
+from tests.realsessions import CLAUDE
 
-REAL = Path(__file__).resolve().parents[3] / "shared" / "realsessions" / "claude" / "projects"
-SESSION = REAL / "-Users-User-repo-codemie-ai-codemie-code"
+SESSION = CLAUDE / "-Users-User-repo-codemie-ai-codemie-code"
 MAIN_ID = "e9fb405b-169f-40eb-9396-7e75076f045d"
 TASK_CALL = "toolu_bdrk_019PUUtqzQg8U5ogfuyQ7yLV"  # the Task call that ran agent a485154
 

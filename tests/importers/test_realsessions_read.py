@@ -1,4 +1,4 @@
-"""The real Claude Code and Codex files in /work/shared/realsessions import whole through the
+"""The real Claude Code and Codex files in ../shared/realsessions import whole through the
 confined, file-at-a-time reader: nothing refused, every session file read, nothing skipped,
 and imported again nothing added."""
 
@@ -11,15 +11,12 @@ import pytest
 
 from orchestrator.importers import import_sessions
 from store import Store
-
-REAL = Path("/work/shared/realsessions")
+from tests.realsessions import REAL, require
 
 
 @pytest.mark.parametrize("where", ["claude/projects", "codex/sessions"])
 async def test_real_sessions_import_whole_and_once(where: str, store: Store) -> None:
-    root = REAL / where
-    if not root.is_dir():
-        pytest.skip(f"{root}: not on this machine")
+    root = require(REAL / where)
     files = [
         Path(d) / f
         for d, _, names in os.walk(root)
