@@ -19,8 +19,10 @@ import pytest
 from orchestrator import Orchestrator
 from orchestrator.importers import import_sessions
 from store import Status, Store, ThreadInfo, ToolResultBlock
+from tests.fakes.chat_api import FakeChatAPI
 from tests.fakes.messages_api import FakeMessagesAPI
 from workers.providers.anthropic import AnthropicModel
+from workers.providers.openai import OpenAIChatModel
 
 REAL = Path(
     os.environ.get("THREADLOOM_REALSESSIONS")
@@ -146,5 +148,59 @@ async def test_every_real_session_resumes_and_forks_with_threadloom_tools(
                 await _resumed(orch, store, api, written.info.ref, f"resumed-{i}", fork=False)
             await _resumed(orch, store, api, report.threads[0].info.ref, "forked-0", fork=True)
             _check_requests(api)
+    finally:
+        await store.close()
+
+
+CHAT_MODEL = "openai:qwen@http://fake/v1"
+
+
+def _chat_responder(marker: str) -> Any:
+    def respond(request: dict[str, Any]) -> dict[str, Any]:
+        last = request["messages"][-1]
+        if last["role"] == "tool" and marker in str(last["content"]):
+            return {"content": "Resumed and ran bash."}
+        return {"tool_calls": [{"name": "bash", "arguments": {"command": f"echo {marker}"}}]}
+
+    return respond
+
+
+@pytest.mark.skipif(not SESSIONS, reason=f"no real session files under {REAL}")
+@pytest.mark.parametrize("path", SESSIONS, ids=_ids)
+async def test_every_real_session_resumes_on_an_openai_compatible_server(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same history in the chat-completions format (the fake checks that every
+    ``tool_calls`` entry is answered by its ``tool`` message and no ``tool`` message answers
+    nothing): each session's main thread resumes and runs ``bash``."""
+    monkeypatch.chdir(tmp_path)
+    store = await Store.open(str(tmp_path / "threads.db"))
+    try:
+        report = await import_sessions(store, path)
+        if not report.threads:
+            return  # the summary-only file: the test above says why
+        with FakeChatAPI() as api:
+
+            def factory(spec: str, **options: Any) -> OpenAIChatModel:
+                assert spec == CHAT_MODEL
+                return OpenAIChatModel("qwen", api.base_url, max_retries=0)
+
+            orch = Orchestrator(store, model_factory=factory)
+            ref = report.threads[0].info.ref
+            api.respond_with(_chat_responder("chat-0"))
+            outcome = await orch.resume(ref, "Go on, please (chat-0)", model=CHAT_MODEL)
+            assert outcome.status == Status.DONE, outcome.error
+            assert not api.rejections, api.rejections[0]
+            for request in api.chat_requests:
+                tools = {t["function"]["name"] for t in request["tools"]}
+                assert "bash" in tools
+                called = {
+                    c["function"]["name"]
+                    for m in request["messages"]
+                    for c in m.get("tool_calls") or []
+                }
+                assert called <= tools, called - tools
+            last = (await store.messages(report.threads[0].info.id))[-2]
+            assert "chat-0" in last.tool_results()[0].text
     finally:
         await store.close()
