@@ -22,7 +22,7 @@ def reader_system_prompt(target_ref: str) -> str:
     return _template("reader").format(target=target_ref)
 
 
-ORIGINS = {"claude-code": "Claude Code", "codex": "the Codex CLI", "jsonl": "another agent"}
+ORIGINS = {"claude-code": "Claude Code", "codex": "the Codex CLI"}
 
 
 def imported_system_prompt(
