@@ -289,6 +289,8 @@ async def run_thread(
             max_tokens=cfg.max_response_tokens,
             output_cap=cfg.output_cap,
             resolve_task_ref=resolve_task_ref,
+            # an imported thread: another agent's calls, seen under its tools' names
+            foreign=bool((info.task or {}).get("source")),
         ),
         message=message,
         title=info.title,

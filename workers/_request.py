@@ -24,6 +24,7 @@ from typing import overload
 from store import ContentBlock, Message, NewMessage, ToolResultBlock, format_ref
 from store import construct_model as construct
 
+from ._foreign import ForeignHistory
 from ._protocol import ModelRequest, ToolSpec
 
 DEFAULT_OUTPUT_CAP = 30_000
@@ -146,24 +147,44 @@ class RequestBuilder:
         max_tokens: int,
         output_cap: int = DEFAULT_OUTPUT_CAP,
         resolve_task_ref: Callable[[str], Awaitable[str | None]] | None = None,
+        foreign: bool = False,
     ) -> None:
+        """``foreign``: the thread's history was written by another agent (an imported
+        thread): its calls of tools the thread does not have are seen as ``_foreign`` shows
+        them — under the name of the tool that means the same, else as text."""
         self.system = system
         self.tools = list(tools)
         self.thread_ref = thread_ref
         self.max_tokens = max_tokens
         self.output_cap = output_cap
         self.resolve_task_ref = resolve_task_ref
+        self.foreign = foreign
+        self._foreign = self._new_foreign()
         self._views: list[NewMessage] = []
+
+    def _new_foreign(self) -> ForeignHistory | None:
+        if not self.foreign:
+            return None
+        cap = self.output_cap
+        return ForeignHistory(
+            [t.name for t in self.tools], shorten=lambda text, ref: cap_text(text, cap, ref)
+        )
 
     def reset(self, history: Sequence[Message]) -> None:
         """Start again from ``history`` (the thread's whole visible history, as read)."""
         self._views = []
+        self._foreign = self._new_foreign()
         self.extend(history)
 
     def extend(self, stored: Sequence[Message]) -> None:
         """Messages just stored after the ones already seen."""
         cap = self.output_cap
-        self._views.extend(model_view(m, cap) for m in stored)
+        foreign = self._foreign
+        if foreign is None:
+            self._views.extend(model_view(m, cap) for m in stored)
+            return
+        for m in stored:
+            self._views.append(foreign.view(model_view(m, cap), format_ref(m.thread_id, m.seq)))
 
     def request(self) -> ModelRequest:
         """The request for the history seen so far (its views as a ``Prefix`` of the builder's:
@@ -187,6 +208,7 @@ def build_request(
     max_tokens: int,
     output_cap: int = DEFAULT_OUTPUT_CAP,
     resolve_task_ref: Callable[[str], Awaitable[str | None]] | None = None,
+    foreign: bool = False,
 ) -> ModelRequest:
     builder = RequestBuilder(
         system=system,
@@ -195,6 +217,7 @@ def build_request(
         max_tokens=max_tokens,
         output_cap=output_cap,
         resolve_task_ref=resolve_task_ref,
+        foreign=foreign,
     )
     builder.extend(history)
     return builder.request()

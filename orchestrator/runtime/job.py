@@ -246,6 +246,10 @@ class JobRuntime:
         """Run (or continue) any thread of this job with the tools, model and limits its kind
         and stored task call for."""
         self.ran.add(info.id)
+        info = await threads.ready_imported(self.store, info, self.job)
+        # an imported thread runs as a worker (threadloom's tools, in the sandbox), whatever the
+        # kind it was imported as
+        as_worker = info.kind == Kind.WORKER or threads.imported(info)
         sandbox = self.sandbox()
         model = self.model_for(info, model_spec)
         tree: WorkerTree | None = None
@@ -256,7 +260,7 @@ class JobRuntime:
             if tree is not None:
                 after_tools = await iso.checkpointer(info, tree)
         task = info.task or {}
-        if info.kind == Kind.LEAD:
+        if info.kind == Kind.LEAD and not as_worker:
             tools: Sequence[Tool[Any]] = lead_tools(self)
             cfg = self.config
         elif info.kind == Kind.READER:
@@ -285,7 +289,7 @@ class JobRuntime:
             resolve_task_ref=self.task_ref,
             message=message,
             env=self.env,
-            sandbox=sandbox if info.kind == Kind.WORKER else None,
+            sandbox=sandbox if as_worker else None,
             after_tools=after_tools,
             thread=info,
             check_result=hook,

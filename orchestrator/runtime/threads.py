@@ -19,13 +19,18 @@ from store import (
     format_ref,
     new_id,
 )
-from workers import ORCHESTRATOR_TOOL_ID_PREFIX, SUBMIT_RESULT, worker_system_prompt
+from workers import (
+    DEFAULT_WORKER_TOOLS,
+    ORCHESTRATOR_TOOL_ID_PREFIX,
+    SUBMIT_RESULT,
+    worker_system_prompt,
+)
 from workers.providers import parse_model_spec
 
 from ..errors import DispatchError
 from ..isolation import Isolation
 from ..jobs import JobSpec, TaskSpec
-from .prompts import lead_system_prompt, reader_system_prompt
+from .prompts import imported_system_prompt, lead_system_prompt, reader_system_prompt
 
 LEAD_TOOLS = (
     "dispatch",
@@ -233,6 +238,36 @@ def first_dispatch(tasks: Sequence[TaskSpec]) -> NewMessage:
                 input={"tasks": payload},
             ),
         ],
+    )
+
+
+def imported(info: ThreadInfo) -> bool:
+    """A thread another agent wrote (``import``: its task names its ``source``), or a fork of
+    one, outside any job threadloom started: it runs as a worker does, whatever its kind."""
+    task = info.task or {}
+    return bool(task.get("source")) and "job" not in task
+
+
+async def ready_imported(store: Store, info: ThreadInfo, job: JobSpec) -> ThreadInfo:
+    """``info``, ready to run when it is an imported thread that never ran here: its tools
+    (threadloom's worker tools, or those it was given), a system prompt that says where its
+    history comes from, and its workspace (the job's: the directory it is first run in) are
+    stored on it, so every later run — a resume, a fork, which copies them — sends the same
+    prefix and works in the same place. The transcript is not touched: its calls of the
+    source's tools are seen under threadloom's names by the request (``workers._foreign``)."""
+    task = info.task or {}
+    if not imported(info) or task.get("workspace"):
+        return info
+    tools = [t for t in info.tools if t != SUBMIT_RESULT] or list(DEFAULT_WORKER_TOOLS)
+    workspace = job.workspace_path
+    prompt = imported_system_prompt(
+        thread_ref=info.ref, source=task["source"], workspace=workspace, tools=tools
+    )
+    return await store.update_thread(
+        info.id,
+        system_prompt=prompt,
+        tools=tools,
+        task={**task, "workspace": str(workspace)},
     )
 
 

@@ -91,6 +91,10 @@ def validate(request: Any, headers: dict[str, str], *, context_window: int) -> N
     cache_controls += _validate_tools(request.get("tools"))
     cache_controls += _validate_system(request.get("system"))
     cache_controls += _validate_messages(request["messages"])
+    if not request.get("tools") and _has_tool_blocks(request["messages"]):
+        raise InvalidRequest(
+            "Requests which include `tool_use` or `tool_result` blocks must define tools."
+        )
     if cache_controls > MAX_CACHE_CONTROL:
         raise InvalidRequest(
             f"A maximum of {MAX_CACHE_CONTROL} blocks with cache_control may be provided. "
@@ -261,8 +265,30 @@ def _validate_messages(messages: Any) -> int:
                 if block["id"] in seen_ids:
                     raise InvalidRequest(f"{where}.content.{j}: `tool_use` ids must be unique")
                 seen_ids.add(block["id"])
-    _validate_pairing(messages)
+    _validate_pairing(_combined(messages))
     return marks
+
+
+def _combined(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The turns the API reads: consecutive messages of one role are combined into one turn (as
+    its documentation says), their blocks in order. The pairing is checked on these: a tool
+    result must be in the turn right after its call, first in it."""
+    turns: list[dict[str, Any]] = []
+    for message in messages:
+        blocks = content_blocks(message["content"])
+        if turns and turns[-1]["role"] == message["role"]:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": message["role"], "content": list(blocks)})
+    return turns
+
+
+def _has_tool_blocks(messages: list[dict[str, Any]]) -> bool:
+    return any(
+        isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result")
+        for m in messages
+        for b in content_blocks(m["content"])
+    )
 
 
 def _tool_use_ids(message: dict[str, Any]) -> list[str]:

@@ -13,8 +13,10 @@ thread), so the real ``anthropic`` SDK talks to it over real HTTP:
 Validation — every request is checked the way the real API checks it, and refused with a 400
 ``invalid_request_error`` (401 without an API key) whose message imitates the real one: known
 top-level keys only; ``model``/``max_tokens``/``messages`` present; the first message is ``user``;
-roles alternate freely but every assistant ``tool_use`` must be answered by a ``tool_result`` with
-its id in the immediately following user message, tool results first in that message; no
+consecutive messages of one role are combined into one turn, as the API documents, and the
+pairing is checked on those turns: every assistant ``tool_use`` must be answered by a
+``tool_result`` with its id in the immediately following user turn, tool results first in that
+turn; a request with ``tool_use`` or ``tool_result`` blocks defines ``tools``; no
 ``tool_result`` without a matching ``tool_use`` in the previous assistant message; ``tool_use`` ids
 unique; no empty or blank text blocks and no empty messages (but a final assistant prefill);
 thinking blocks carry a signature; no unknown keys in blocks; tool names unique and well formed;
