@@ -10,7 +10,6 @@ The files are the ones the real CLIs wrote (``../shared/realsessions``, see its 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -21,21 +20,14 @@ from orchestrator.importers import import_sessions
 from store import Status, Store, ThreadInfo, ToolResultBlock
 from tests.fakes.chat_api import FakeChatAPI
 from tests.fakes.messages_api import FakeMessagesAPI
+from tests.realsessions import REAL, require
 from workers.providers.anthropic import AnthropicModel
 from workers.providers.openai import OpenAIChatModel
 
-REAL = Path(
-    os.environ.get("THREADLOOM_REALSESSIONS")
-    or Path(__file__).resolve().parents[2].parent / "shared" / "realsessions"
-)
-SESSIONS = (
-    sorted(
-        p
-        for p in REAL.rglob("*.jsonl")
-        if p.parent.name != "subagents"  # read with the session that spawned them
-    )
-    if REAL.is_dir()
-    else []
+SESSIONS = sorted(
+    p
+    for p in require(REAL).rglob("*.jsonl")
+    if p.parent.name != "subagents"  # read with the session that spawned them
 )
 MODEL = "anthropic:claude-sonnet-4-5"
 
@@ -120,7 +112,6 @@ async def _resumed(
     assert _calls_seen(api.message_requests[sent]) == stored
 
 
-@pytest.mark.skipif(not SESSIONS, reason=f"no real session files under {REAL}")
 @pytest.mark.parametrize("path", SESSIONS, ids=_ids)
 async def test_every_real_session_resumes_and_forks_with_threadloom_tools(
     path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -165,7 +156,6 @@ def _chat_responder(marker: str) -> Any:
     return respond
 
 
-@pytest.mark.skipif(not SESSIONS, reason=f"no real session files under {REAL}")
 @pytest.mark.parametrize("path", SESSIONS, ids=_ids)
 async def test_every_real_session_resumes_on_an_openai_compatible_server(
     path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
