@@ -158,8 +158,12 @@ class Orchestrator:
     ) -> dict[ModelKey, Model]:
         """Each (spec, provider options) built once, through this orchestrator's model factory:
         a scripted file read and compiled, a provider's key looked up, a caller's model policy
-        applied. What is bad raises here, with what was built closed: checked before anything
-        is stored (hand what is returned to the runtime: ``JobRuntime.adopt_models``)."""
+        applied, and each endpoint's reachability asked once (``workers.preflight``: a port
+        nobody listens on is ``ProviderUnavailable``, exit 4, now — not every thread's retries).
+        What is bad raises here, with what was built closed: checked before anything is stored
+        (hand what is returned to the runtime: ``JobRuntime.adopt_models``)."""
+        from workers import preflight
+
         from .runtime import model_key
 
         models: dict[ModelKey, Model] = {}
@@ -168,6 +172,7 @@ class Orchestrator:
                 key = model_key(name, options)
                 if key not in models:
                     models[key] = self._make_model(name, **options)
+            await preflight(models.values())
         except BaseException:
             for built in models.values():
                 await built.aclose()
