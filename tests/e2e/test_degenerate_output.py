@@ -55,3 +55,22 @@ def test_honest_replies_cut_off_by_the_limit_get_two_continuations_then_stop(env
     assert f"{lead}: 3 replies hit the output-token limit (2 continuations asked); stopped" in line
     assert len(sent) == 3
     assert all(s.startswith("Your reply was cut off") for s in sent[1:])
+
+
+def test_a_looping_worker_fails_naming_itself_and_the_lead_goes_on_to_its_report(
+    env: Env,
+) -> None:
+    dispatch = {"name": "dispatch", "input": {"tasks": [{"id": "x", "title": "X", "prompt": "p"}]}}
+    rules = [{"match": "Job: wloop", "turns": [{"tool_calls": [dispatch]}, {"text": "Report."}]}]
+    with FakeChatAPI() as api:
+        api.respond_with(lambda _: {"content": looping(), "finish_reason": "length"})
+        path = env.job("wloop", rules)
+        res = env.run("--json", "run", str(path), "--worker-model", f"openai:m@{api.base_url}")
+        requests = len(api.requests)
+    assert res.code == 1, res.stderr  # a worker failed
+    assert res.json["report"] == "Report."
+    [worker] = res.json["workers"]
+    assert worker["status"] == "failed"
+    said = f"{worker['ref']}: the model repeated the same {len(BLOCK)}-character block 60 times"
+    assert worker["summary"].startswith(said)
+    assert requests == 1
