@@ -158,8 +158,7 @@ class Orchestrator:
     ) -> dict[ModelKey, Model]:
         """Each (spec, provider options) built once, through this orchestrator's model factory:
         a scripted file read and compiled, a provider's key looked up, a caller's model policy
-        applied, and each endpoint's reachability asked once (``workers.preflight``: a port
-        nobody listens on is ``ProviderUnavailable``, exit 4, now — not every thread's retries).
+        applied, each endpoint reached once (``workers.preflight``: a dead one is exit 4, now).
         What is bad raises here, with what was built closed: checked before anything is stored
         (hand what is returned to the runtime: ``JobRuntime.adopt_models``)."""
         from workers import preflight
@@ -332,15 +331,17 @@ class Orchestrator:
         self, info: ThreadInfo, message: str | None, model: str | None, *, build: bool
     ) -> None:
         """A message that says something, a ``model`` spec that parses and (``build``) the
-        model a run of ``info`` would use built, then closed: what is bad is refused (exit 2)
-        before anything is stored."""
+        model a run of ``info`` would use built, its endpoint reached, then closed: what is bad
+        is refused (exit 2; 4 for the endpoint) before anything is stored."""
         check_message(message)
         spec = _canonical(model) if model is not None else None
         if not build:
             return
+        from workers import preflight
+
         rt = self.runtime(await self._job_for(info), info.job_id)
         try:
-            rt.model_for(info, spec)
+            await preflight([rt.model_for(info, spec)])  # a dead endpoint: exit 4, as for run
         finally:
             await rt.aclose()
 

@@ -81,3 +81,20 @@ def test_a_live_endpoint_keeps_its_retries_mid_job_and_hears_no_extra_request(en
     assert res.code == 0, res.stderr
     assert res.json["report"] == "the report"
     assert outcomes == ["fault:500", "ok"]  # retried once; the preflight sent no request
+
+
+def test_resume_and_fork_after_the_server_went_away_change_nothing(env: Env) -> None:
+    with FakeChatAPI() as api:
+        api.enqueue({"content": "the report"})
+        url = api.base_url
+        res = env.run("--json", "run", str(env.job("later", [], model=f"openai:m@{url}")))
+    assert res.code == 0, res.stderr  # the server is closed now: its port refuses
+    lead = res.json["lead"]
+    before = env.run("--json", "show", lead).json
+    for cmd in ("resume", "fork"):
+        got = env.run(cmd, lead, "go on")
+        assert got.code == 4, (cmd, got.stderr)
+        line = _one_error_line(got.stderr)
+        assert url in line and "connection refused" in line
+    assert env.run("--json", "show", lead).json == before
+    assert [t["ref"] for t in env.run("--json", "ls").json] == [lead]
