@@ -158,8 +158,11 @@ class Orchestrator:
     ) -> dict[ModelKey, Model]:
         """Each (spec, provider options) built once, through this orchestrator's model factory:
         a scripted file read and compiled, a provider's key looked up, a caller's model policy
-        applied. What is bad raises here, with what was built closed: checked before anything
-        is stored (hand what is returned to the runtime: ``JobRuntime.adopt_models``)."""
+        applied, each endpoint reached once (``workers.preflight``: a dead one is exit 4, now).
+        What is bad raises here, with what was built closed: checked before anything is stored
+        (hand what is returned to the runtime: ``JobRuntime.adopt_models``)."""
+        from workers import preflight
+
         from .runtime import model_key
 
         models: dict[ModelKey, Model] = {}
@@ -168,6 +171,7 @@ class Orchestrator:
                 key = model_key(name, options)
                 if key not in models:
                     models[key] = self._make_model(name, **options)
+            await preflight(models.values())
         except BaseException:
             for built in models.values():
                 await built.aclose()
@@ -327,15 +331,17 @@ class Orchestrator:
         self, info: ThreadInfo, message: str | None, model: str | None, *, build: bool
     ) -> None:
         """A message that says something, a ``model`` spec that parses and (``build``) the
-        model a run of ``info`` would use built, then closed: what is bad is refused (exit 2)
-        before anything is stored."""
+        model a run of ``info`` would use built, its endpoint reached, then closed: what is bad
+        is refused (exit 2; 4 for the endpoint) before anything is stored."""
         check_message(message)
         spec = _canonical(model) if model is not None else None
         if not build:
             return
+        from workers import preflight
+
         rt = self.runtime(await self._job_for(info), info.job_id)
         try:
-            rt.model_for(info, spec)
+            await preflight([rt.model_for(info, spec)])  # a dead endpoint: exit 4, as for run
         finally:
             await rt.aclose()
 

@@ -21,6 +21,7 @@ from ._protocol import (
     ModelResponse,
     StopReason,
     ToolSpec,
+    preflight,
 )
 from ._request import DEFAULT_OUTPUT_CAP, build_request, cap_text
 from ._results import SUBMIT_RESULT, Submission
@@ -75,6 +76,7 @@ __all__ = [
     "cap_text",
     "make_model",
     "parse_model_spec",
+    "preflight",
     "project_notes",
     "run_thread",
     "runner_id",

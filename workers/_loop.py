@@ -57,6 +57,7 @@ from ._calls import (
 )
 from ._nudges import EMPTY_REPLY_SUMMARY, nudge_text, reply_text
 from ._protocol import Model, ModelResponse, ToolSpec, result_nudges
+from ._repetition import repetition
 from ._request import DEFAULT_OUTPUT_CAP, RequestBuilder
 from ._results import (
     SUBMIT_RESULT,
@@ -74,6 +75,7 @@ CUT_OFF_TOOL = (
 CUT_OFF_TEXT = (
     "Your reply was cut off by the output-token limit. Continue exactly where it stopped."
 )
+STOPPED_TOOL = "not run: the reply that made this call was stopped (it repeated itself)"
 
 
 CheckHook = Callable[[Result, Sequence[Message]], Awaitable[Check]]
@@ -498,6 +500,16 @@ async def _after_turn(
     stop = response.stop_reason
     if stop == "refusal":
         return await _finish(run, Status.FAILED, error="the model refused to continue")
+    loop = repetition(reply_text(response))
+    if loop is not None and loop.is_loop:
+        # a model in a loop writes the same again when asked to go on: stop it now, its calls
+        # (made beside the loop, or recognised inside it) answered and not run
+        if uses:
+            await answer(run, uses, {u.id: ToolOutput(STOPPED_TOOL, is_error=True) for u in uses})
+        log.warning("turn.repeated", seq=turn.seq, block=loop.block, times=loop.times)
+        return await _finish(
+            run, Status.FAILED, error=f"{format_ref(run.thread_id)}: {loop.describe()}; stopped"
+        )
     if stop == "max_tokens":
         run.cutoffs += 1
         if run.cutoffs > run.config.max_cutoffs:
@@ -506,7 +518,10 @@ async def _after_turn(
                     run, uses, {u.id: ToolOutput(CUT_OFF_TOOL, is_error=True) for u in uses}
                 )
             return await _finish(
-                run, Status.FAILED, error="the model's replies kept hitting the output-token limit"
+                run,
+                Status.FAILED,
+                error=f"{format_ref(run.thread_id)}: {run.cutoffs} replies hit the output-token"
+                f" limit ({run.config.max_cutoffs} continuations asked); stopped",
             )
         if uses:
             await answer(run, uses, {u.id: ToolOutput(CUT_OFF_TOOL, is_error=True) for u in uses})

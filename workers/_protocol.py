@@ -8,7 +8,7 @@ byte-identical across resume and fork.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -63,6 +63,10 @@ class Model(Protocol):
     worker ends ``partial``. Providers whose models reliably call tools (Anthropic, scripted)
     leave it 0, which is SPEC's behaviour; the OpenAI-compatible provider, often a small local
     model, sets 1.
+
+    Optional too: ``async preflight()`` — raise a ``ModelError`` when the model's endpoint
+    cannot be reached at all (read through ``preflight(models)``; the OpenAI-compatible provider
+    has one). A job asks it of each model before it stores anything.
     """
 
     @property
@@ -79,3 +83,14 @@ def result_nudges(model: object) -> int:
     """``model.result_nudges`` if it is a positive int, else 0 (see ``Model``)."""
     n = getattr(model, "result_nudges", 0)
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
+
+
+async def preflight(models: Iterable[Model]) -> None:
+    """``await model.preflight()`` for each model that has one (see ``Model``), once per spec:
+    one endpoint, one connection."""
+    asked: set[str] = set()
+    for model in models:
+        check = getattr(model, "preflight", None)
+        if callable(check) and model.spec not in asked:
+            asked.add(model.spec)
+            await check()

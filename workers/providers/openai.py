@@ -65,6 +65,7 @@ from workers.errors import ContextTooLong, ModelSpecError, ProviderUnavailable
 
 from ._openai_errors import SPEND_LIMIT, error_text, is_context_overflow, overflow_message
 from ._openai_response import parse_response
+from ._preflight import unreachable
 from ._pricing import cost_usd
 from ._retry import RetryPolicy, final_error, parse_retry_after
 
@@ -178,6 +179,19 @@ class OpenAIChatModel:
                 transport=self._transport,
             )
         return self._client
+
+    async def preflight(self) -> None:
+        """``ProviderUnavailable`` at once when the endpoint cannot be connected to at all
+        (``_preflight``): asked once before a job stores anything, so a dead endpoint is one
+        line, not every thread's retries. Not asked through a test's ``transport``."""
+        if self._transport is not None:
+            return
+        reason = await unreachable(self._url)
+        if reason is not None:
+            raise ProviderUnavailable(
+                f"{self._mask(self.spec)}: {self._mask(self._url)} cannot be reached: {reason}",
+                attempts=0,
+            )
 
     def max_tokens_for(self, request: ModelRequest) -> int:
         """The ``max_tokens`` sent for ``request`` (see the class docstring)."""

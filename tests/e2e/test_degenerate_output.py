@@ -1,0 +1,76 @@
+"""A model that repeats itself, or keeps hitting the output limit (issue 26 item 2): the real
+``threadloom run`` in a subprocess against the loopback FakeChatAPI. A reply that loops is
+stopped at once — no continuation asked, the thread failed with one line naming it and what was
+seen; honest replies cut off by the output limit get at most two continuations."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from tests.fakes.chat_api import FakeChatAPI
+from tests.workers.test_repetition import BLOCK, looping
+
+from .conftest import Env
+
+
+def _error_line(stderr: str) -> str:
+    [line] = [x for x in stderr.splitlines() if x.startswith("threadloom: error: ")]
+    return line
+
+
+def test_a_reply_repeating_one_block_to_the_output_limit_is_stopped_at_once(env: Env) -> None:
+    with FakeChatAPI() as api:
+        api.respond_with(lambda _: {"content": looping(), "finish_reason": "length"})
+        res = env.run("--json", "run", str(env.job("loop", [], model=f"openai:m@{api.base_url}")))
+        requests = len(api.requests)
+    assert res.code == 1, res.stderr
+    lead = res.json["lead"]
+    said = f"{lead}: the model repeated the same {len(BLOCK)}-character block 60 times; stopped"
+    assert said in _error_line(res.stderr)
+    assert "Traceback" not in res.stderr
+    assert requests == 1  # no "continue exactly where it stopped" after a loop
+    shown = env.run("--json", "show", lead)
+    assert shown.json["status"] == "failed"
+    assert shown.json["error"] == said
+
+
+def test_honest_replies_cut_off_by_the_limit_get_two_continuations_then_stop(env: Env) -> None:
+    counter = itertools.count()
+
+    def reply(_: dict[str, Any]) -> dict[str, Any]:
+        n = next(counter)
+        lines = "".join(
+            f"step {n}.{i}: checked module_{i}.py, {i * 7 % 13} findings\n" for i in range(200)
+        )
+        return {"content": lines, "finish_reason": "length"}
+
+    with FakeChatAPI() as api:
+        api.respond_with(reply)
+        res = env.run("--json", "run", str(env.job("cut", [], model=f"openai:m@{api.base_url}")))
+        sent = [r.json["messages"][-1]["content"] for r in api.requests]
+    assert res.code == 1, res.stderr
+    lead = res.json["lead"]
+    line = _error_line(res.stderr)
+    assert f"{lead}: 3 replies hit the output-token limit (2 continuations asked); stopped" in line
+    assert len(sent) == 3
+    assert all(s.startswith("Your reply was cut off") for s in sent[1:])
+
+
+def test_a_looping_worker_fails_naming_itself_and_the_lead_goes_on_to_its_report(
+    env: Env,
+) -> None:
+    dispatch = {"name": "dispatch", "input": {"tasks": [{"id": "x", "title": "X", "prompt": "p"}]}}
+    rules = [{"match": "Job: wloop", "turns": [{"tool_calls": [dispatch]}, {"text": "Report."}]}]
+    with FakeChatAPI() as api:
+        api.respond_with(lambda _: {"content": looping(), "finish_reason": "length"})
+        path = env.job("wloop", rules)
+        res = env.run("--json", "run", str(path), "--worker-model", f"openai:m@{api.base_url}")
+        requests = len(api.requests)
+    assert res.code == 1, res.stderr  # a worker failed
+    assert res.json["report"] == "Report."
+    [worker] = res.json["workers"]
+    assert worker["status"] == "failed"
+    said = f"{worker['ref']}: the model repeated the same {len(BLOCK)}-character block 60 times"
+    assert worker["summary"].startswith(said)
+    assert requests == 1

@@ -1,0 +1,123 @@
+"""The repetition detector (issue 26 item 2) on what a small model really sends when it loops and
+on honest output that looks alike: real pytest output, a markdown table, real code, and every long
+text of the real agent sessions in ``/work/shared/realsessions`` (tool outputs, logs, replies)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workers._repetition import MIN_SPAN, MIN_TIMES, SHORT_BLOCK, repetition
+
+REALSESSIONS = Path("/work/shared/realsessions")
+ROOT = Path(__file__).resolve().parents[2]
+
+# what Qwen2.5-Coder 0.5B sent as the lead (issue 26): a call to no tool, whose arguments are a
+# result it never ran, as a fenced JSON block, repeated until the output limit (4,096 tokens)
+BLOCK = (
+    "```json\n"
+    '{"name": "t", "arguments": {"status": "done", "findings": [{"claim": "The tests passed all'
+    ' checks", "evidence": "The test suite ran and every test passed."}], "summary": "All tests'
+    ' passed."}}\n```\n\n'
+)
+
+
+def looping(block: str = BLOCK, times: int = 60) -> str:
+    return "Here is the result of the task:\n\n" + block * times + block[:97]
+
+
+def test_the_small_models_repeated_json_block_is_a_loop() -> None:
+    found = repetition(looping())
+    assert found is not None and found.is_loop
+    assert (found.block, found.times) == (len(BLOCK), 60)
+    assert found.describe() == f"the model repeated the same {len(BLOCK)}-character block 60 times"
+
+
+def test_one_line_said_over_and_over_and_a_run_of_one_character_are_loops() -> None:
+    line = "I will now run the tests and report the counts.\n"
+    assert repetition("Sure.\n" + line * 80).is_loop  # type: ignore[union-attr]
+    assert repetition("\n" * 5000).is_loop  # type: ignore[union-attr]
+
+
+def test_a_block_repeated_a_few_times_or_briefly_is_not_a_loop() -> None:
+    found = repetition("intro\n" + BLOCK * 4 + "the end")
+    assert found is not None and found.times == 4 and not found.is_loop
+    short = "x = [" + "0, " * 200 + "]"  # a short block must run far longer than this
+    assert not repetition(short).is_loop  # type: ignore[union-attr]
+
+
+def _pytest_output(tmp_path: Path) -> str:
+    """Real ``pytest -v`` output: 300 alike PASSED lines, 4 failures with tracebacks, warnings."""
+    (tmp_path / "test_many.py").write_text(
+        "import warnings\nimport pytest\n\n"
+        "@pytest.mark.parametrize('n', range(300))\n"
+        "def test_n(n):\n    warnings.warn('deprecated thing', DeprecationWarning)\n"
+        "    assert n % 97 != 3, f'bad {n}'\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "no:xdist"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "4 failed, 296 passed" in proc.stdout, proc.stdout[-2000:]
+    return proc.stdout
+
+
+def test_real_pytest_output_a_markdown_table_and_code_are_not_loops(tmp_path: Path) -> None:
+    out = _pytest_output(tmp_path)
+    assert len(out) > MIN_SPAN * 5
+    sources = sorted((ROOT / "workers").rglob("*.py"))
+    table = "| file | lines | status |\n| --- | ---: | --- |\n" + "".join(
+        f"| {p.relative_to(ROOT)} | {len(p.read_text().splitlines())} | ok |\n" for p in sources
+    )
+    texts = {"pytest": out, "table": table}
+    texts |= {str(p.relative_to(ROOT)): p.read_text() for p in sources}
+    flagged = {name: r for name, text in texts.items() if (r := repetition(text)) and r.is_loop}
+    assert flagged == {}
+    # and a reply that quotes the test run, then loops, is caught
+    assert repetition("The run said:\n" + out + looping()).is_loop  # type: ignore[union-attr]
+
+
+def _long_strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        if len(value) >= 1000:
+            yield value
+        if value[:1] in "{[":
+            try:
+                yield from _long_strings(json.loads(value))
+            except ValueError:
+                pass
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _long_strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _long_strings(v)
+
+
+def test_no_long_text_of_the_real_agent_sessions_is_a_loop() -> None:
+    if not REALSESSIONS.is_dir():
+        pytest.skip(f"{REALSESSIONS} is not on this machine")
+    texts = []
+    for path in sorted(REALSESSIONS.rglob("*.jsonl")):
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                texts.extend(_long_strings(json.loads(line)))
+            except ValueError:
+                continue
+    assert len(texts) > 1000  # tool outputs (grep, test runs, logs), code, replies
+    flagged = [(r, t[:200]) for t in texts if (r := repetition(t)) is not None and r.is_loop]
+    assert flagged == []
+    # the most repeated honest block there (identical grep lines): often enough, far too short
+    found = [r for t in texts if (r := repetition(t)) is not None and r.block >= SHORT_BLOCK]
+    worst = max(found, key=lambda r: r.times)
+    assert worst.times >= MIN_TIMES and worst.span < MIN_SPAN / 2
