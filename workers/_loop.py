@@ -289,6 +289,7 @@ async def run_thread(
             max_tokens=cfg.max_response_tokens,
             output_cap=cfg.output_cap,
             resolve_task_ref=resolve_task_ref,
+            tool_required=info.kind == Kind.WORKER,  # a worker ends only through submit_result
         ),
         message=message,
         title=info.title,

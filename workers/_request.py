@@ -146,8 +146,10 @@ class RequestBuilder:
         max_tokens: int,
         output_cap: int = DEFAULT_OUTPUT_CAP,
         resolve_task_ref: Callable[[str], Awaitable[str | None]] | None = None,
+        tool_required: bool = False,
     ) -> None:
         self.system = system
+        self.tool_required = tool_required
         self.tools = list(tools)
         self.thread_ref = thread_ref
         self.max_tokens = max_tokens
@@ -175,6 +177,7 @@ class RequestBuilder:
             max_tokens=self.max_tokens,
             thread_ref=self.thread_ref,
             resolve_task_ref=self.resolve_task_ref,
+            tool_required=self.tool_required,
         )
 
 
