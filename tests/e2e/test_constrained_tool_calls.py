@@ -73,6 +73,7 @@ def test_constrained_worker_turns_carry_the_threads_tools_and_end_through_submit
         tools = [t["function"]["name"] for t in request["tools"]]
         assert schema_names(request) == tools and "submit_result" in tools
     assert all("response_format" not in r for r in requests if who(r) == "lead")
+    assert "Tool use, step by step" in workers[0]["messages"][0]["content"]  # the worker's system
     # the transcript holds the call as a native one gives it: a tool call, no text
     assistant = [m for m in workers[1]["messages"] if m["role"] == "assistant"]
     assert assistant[-1]["content"] is None
