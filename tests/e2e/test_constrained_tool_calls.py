@@ -69,9 +69,11 @@ def test_constrained_worker_turns_carry_the_threads_tools_and_end_through_submit
     assert worker["summary"] == "3 passed", worker
     workers = [r for r in requests if who(r) == "worker"]
     assert len(workers) == 2  # bash, then submit_result: no prose turn, no nudge
-    for request in workers:  # each turn constrained to the thread's own tools
-        tools = [t["function"]["name"] for t in request["tools"]]
-        assert schema_names(request) == tools and "submit_result" in tools
+    tools = [t["function"]["name"] for t in workers[0]["tools"]]
+    assert "submit_result" in tools and all(r["tools"] == workers[0]["tools"] for r in workers)
+    # each turn constrained to the thread's own tools; no submit_result before a first call
+    assert schema_names(workers[0]) == [t for t in tools if t != "submit_result"]
+    assert schema_names(workers[1]) == tools
     assert all("response_format" not in r for r in requests if who(r) == "lead")
     assert "Tool use, step by step" in workers[0]["messages"][0]["content"]  # the worker's system
     # the transcript holds the call as a native one gives it: a tool call, no text

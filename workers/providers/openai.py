@@ -35,6 +35,9 @@ thread already holds an assistant turn with no tool call — native ``tool_calls
 choice while the model emits them. Whether a turn is constrained depends only on the mode, the
 endpoint's answer and the stored transcript, so a resumed or forked thread's request is rebuilt
 byte for byte. The tools stay in the request either way (the prefix a server caches is the same).
+A worker that has made no tool call yet is not offered ``submit_result`` in the
+schema (the tools sent are unchanged): constrained, a small model otherwise "submits" a result it
+never ran (issue 26's 0.5B run), so its first call must be one that looks at something.
 The constrained reply's JSON is read as the call it names: the transcript holds the same
 ``tool_use`` block (and no text) as for a native call.
 
@@ -77,6 +80,7 @@ from store import (
     redact,
 )
 from workers._protocol import ModelRequest, ModelResponse, ToolSpec
+from workers._results import SUBMIT_RESULT
 from workers.errors import ContextTooLong, ModelSpecError, ProviderUnavailable
 
 from ._openai_errors import SPEND_LIMIT, error_text, is_context_overflow, overflow_message
@@ -375,7 +379,10 @@ def build_body(
             for t in request.tools
         ]
         if constrain:
-            body["response_format"] = _response_format(tool_call_schema(request.tools))
+            offered = request.tools
+            if not any(isinstance(b, ToolUseBlock) for m in request.messages for b in m.content):
+                offered = [t for t in offered if t.name != SUBMIT_RESULT] or offered
+            body["response_format"] = _response_format(tool_call_schema(offered))
     return body
 
 
