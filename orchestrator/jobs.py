@@ -75,6 +75,9 @@ class WorkerDefaults(_Strict):
         allow_inf_nan=False,
         description="Seconds one worker model request may take; default: the job's",
     )
+    tool_calls: Literal["native", "constrained", "auto"] | None = Field(
+        None, description="How workers' tool calls are asked of openai: models; default: the job's"
+    )
 
     _tools = field_validator("tools")(check_tools)
 
@@ -152,6 +155,9 @@ class JobSpec(_Strict):
     # have their own); None: the provider's default (README §Job file)
     max_output_tokens: int | None = Field(None, ge=1)
     request_timeout_s: float | None = Field(None, gt=0, allow_inf_nan=False)
+    # openai: models only: "native" tool_calls, the reply "constrained" to a tool-call JSON
+    # schema on turns that must call a tool, or "auto" (README §Small models)
+    tool_calls: Literal["native", "constrained", "auto"] = "native"
     worker: WorkerDefaults = Field(default_factory=WorkerDefaults)
     tasks: list[TaskSpec] = Field(default_factory=list)
     # where worker runs execute: in this process, or on ``threadloom worker`` hosts through a
@@ -207,6 +213,11 @@ class JobSpec(_Strict):
         return self.resolve_spec(self.model)
 
     @property
+    def worker_tool_calls(self) -> str:
+        """How the workers' tool calls are asked for (``[job.worker]``, else ``[job]``)."""
+        return self.worker.tool_calls or self.tool_calls
+
+    @property
     def worker_sandbox(self) -> Literal["auto", "required", "none"]:
         return self.worker.sandbox or self.sandbox
 
@@ -219,14 +230,19 @@ class JobSpec(_Strict):
         return self.worker_spec(task.model)
 
     def model_options(self, *, worker: bool) -> dict[str, Any]:
-        """The provider constructor's keywords (``max_tokens``, ``timeout``) for the lead's
-        model, or (``worker``) the workers' and readers' (``[job.worker]`` values, defaulting
-        to ``[job]``'s). Only the knobs that are set: an unset one is the provider's default."""
+        """The provider constructor's keywords (``max_tokens``, ``timeout``, ``tool_calls``) for
+        the lead's model, or (``worker``) the workers' and readers' (``[job.worker]`` values,
+        defaulting to ``[job]``'s). Only the knobs that are set: an unset one (``tool_calls``
+        ``native``) is the provider's default."""
         tokens, timeout = self.max_output_tokens, self.request_timeout_s
+        tool_calls: str = self.tool_calls
         if worker:
             tokens = self.worker.max_output_tokens or tokens
             timeout = self.worker.request_timeout_s or timeout
+            tool_calls = self.worker_tool_calls
         options: dict[str, Any] = {}
+        if tool_calls != "native":
+            options["tool_calls"] = tool_calls
         if tokens is not None:
             options["max_tokens"] = tokens
         if timeout is not None:

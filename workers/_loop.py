@@ -262,6 +262,7 @@ async def run_thread(
             specs.append(tool_spec(impl[name]))
         else:
             raise ValueError(f"{info.ref} uses tool {name!r}, which this runner does not provide")
+    foreign = bool((info.task or {}).get("source"))  # imported: another agent wrote its history
     run = _Run(
         store=store,
         thread_id=thread_id,
@@ -292,7 +293,9 @@ async def run_thread(
             output_cap=cfg.output_cap,
             resolve_task_ref=resolve_task_ref,
             # an imported thread: another agent's calls, seen under its tools' names
-            foreign=bool((info.task or {}).get("source")),
+            foreign=foreign,
+            # a worker ends only through submit_result (an imported thread has none)
+            tool_required=info.kind == Kind.WORKER and not foreign,
         ),
         message=message,
         title=info.title,

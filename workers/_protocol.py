@@ -42,6 +42,11 @@ class ModelRequest:
         default=None, compare=False
     )
     """Maps a task id of the same job to its worker's ref (the scripted model's ``{{ref:ID}}``)."""
+    tool_required: bool = False
+    """Whether this turn must be a tool call (a worker's: it ends with ``submit_result``). A
+    provider that can constrain its output to the request's tools may do so (the
+    OpenAI-compatible one with ``tool_calls = "constrained"``); others ignore it. Derived from the
+    thread's kind alone, so a resumed or forked thread's request is built the same."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -148,11 +148,13 @@ class RequestBuilder:
         output_cap: int = DEFAULT_OUTPUT_CAP,
         resolve_task_ref: Callable[[str], Awaitable[str | None]] | None = None,
         foreign: bool = False,
+        tool_required: bool = False,
     ) -> None:
         """``foreign``: the thread's history was written by another agent (an imported
         thread): its calls of tools the thread does not have are seen as ``_foreign`` shows
         them — under the name of the tool that means the same, else as text."""
         self.system = system
+        self.tool_required = tool_required
         self.tools = list(tools)
         self.thread_ref = thread_ref
         self.max_tokens = max_tokens
@@ -196,6 +198,7 @@ class RequestBuilder:
             max_tokens=self.max_tokens,
             thread_ref=self.thread_ref,
             resolve_task_ref=self.resolve_task_ref,
+            tool_required=self.tool_required,
         )
 
 

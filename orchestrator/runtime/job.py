@@ -74,8 +74,8 @@ def _say_process_limit(job: str) -> None:
 
 ModelFactory = Callable[..., Model]
 """``factory(spec, **options)`` → a ``Model`` (``workers.make_model`` unless a caller brings its
-own). ``options`` are the provider constructor's keywords the job sets — ``max_tokens`` and
-``timeout`` (``JobSpec.model_options``) — and only those: a job that sets neither calls
+own). ``options`` are the provider constructor's keywords the job sets — ``max_tokens``,
+``timeout``, ``tool_calls`` (``JobSpec.model_options``) — and only those: a job that sets none calls
 ``factory(spec)``, so a one-argument factory keeps working."""
 
 ModelKey = tuple[str, tuple[tuple[str, Any], ...]]

@@ -141,6 +141,8 @@ async def spawn_workers(
                     workspace=workspace,
                     tools=tools,
                     notes_from=job.workspace_path,
+                    model=spec,
+                    tool_calls=job.worker_tool_calls,
                 ),
                 tools=[*tools, SUBMIT_RESULT],
                 model=spec,

@@ -20,6 +20,16 @@ usage, e.g. ``prompt_tokens_details``; None sends ``"usage": null``, ``"omit"`` 
 and ``model``; or a list of such replies. Default: the text ``ok``. Usage: ``prompt_tokens`` is
 ceil(chars/4) of the canonical JSON of messages and tools, ``completion_tokens`` that of the reply.
 
+Structured output, as llama.cpp's grammar (and vLLM, Ollama) give it: a request with
+``response_format: {"type": "json_schema", "json_schema": {"schema": …}}`` is answered, when the
+reply spec has a ``"json"`` value, with that value as the whole ``content`` (JSON text, no
+``tool_calls``) — what a constrained model writes; without the ``response_format`` the ``"json"``
+key is ignored and the spec's ``content``/``tool_calls`` are what the unconstrained model writes.
+The ``"json"`` value must satisfy the schema sent (the grammar would allow nothing else): one that
+does not is a 500 naming it, so a test sees a wrong schema. ``FakeChatAPI(json_schema=False)``
+refuses any ``json_schema`` response format with a 400, as a server without it does. Every request
+is recorded whole (``.requests``: the body's bytes, ``.chat_requests``: its JSON).
+
 Faults (``.inject(kind, times=n, **params)``): ``"429"`` with ``Retry-After`` (param
 ``retry_after``, seconds, default ``0.01`` — fractional values are nonstandard but accepted by our
 client); ``"500"``; ``"drop"`` (close without a response); ``"non_json"`` (a 200 whose body is
@@ -47,6 +57,8 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from workers.providers._openai_text_calls import conforms
 
 from ._server import DROP, FakeServer, Fault, RecordedRequest, Reply
 
@@ -159,6 +171,16 @@ def _validate_tools(tools: Any) -> None:
             raise InvalidChatRequest(f"Invalid type for 'tools[{i}].function.parameters'.")
 
 
+def _json_schema(request: dict[str, Any]) -> dict[str, Any] | None:
+    """The schema of a ``json_schema`` response format, if the request asks for one."""
+    fmt = request.get("response_format")
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return None
+    wrapper = fmt.get("json_schema")
+    schema = wrapper.get("schema") if isinstance(wrapper, dict) else None
+    return schema if isinstance(schema, dict) else {}
+
+
 def _error(message: str, error_type: str = "invalid_request_error", code: Any = None) -> Any:
     return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
 
@@ -185,10 +207,16 @@ class FakeChatAPI(FakeServer):
     )
 
     def __init__(
-        self, *, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+        json_schema: bool = True,
     ) -> None:
         super().__init__(host=host, port=port)
         self.api_key = api_key
+        self.json_schema = json_schema
         self._responder: Responder | None = None
         self._queue: deque[dict[str, Any]] = deque()
 
@@ -243,11 +271,21 @@ class FakeChatAPI(FakeServer):
             self.reject(recorded, exc.status, exc.error_type, exc.message)
             return Reply.json(exc.status, _error(exc.message, exc.error_type))
         request: dict[str, Any] = recorded.json
+        schema = _json_schema(request)
+        if schema is not None and not self.json_schema:
+            refusal = "response_format of type json_schema is not supported by this server"
+            self.reject(recorded, 400, "invalid_request_error", refusal)
+            return Reply.json(400, _error(refusal))
         with self._lock:
             responder = self._responder
             queued = self._queue.popleft() if self._queue else None
         spec = responder(request) if responder is not None else (queued or {"content": "ok"})
 
+        if schema is not None and "json" in spec:
+            if not conforms(spec["json"], schema):
+                recorded.outcome = "bad_json_for_schema"
+                return Reply.json(500, _error(f"fake: {spec['json']!r} is not of the schema sent"))
+            spec = {**spec, "content": json.dumps(spec["json"], indent=2), "tool_calls": None}
         message: dict[str, Any] = {"role": "assistant", "content": spec.get("content")}
         calls = []
         for call in spec.get("tool_calls") or []:

@@ -41,3 +41,25 @@ def test_huge_notes_are_truncated(tmp_path: Path) -> None:
     (tmp_path / "AGENTS.md").write_text("x" * 100_000)
     notes = project_notes(tmp_path)
     assert len(notes) < 25_000 and "[… truncated]" in notes
+
+
+def test_openai_workers_get_short_tool_use_steps_stable_per_model(tmp_path: Path) -> None:
+    def prompt(model: str, tool_calls: str = "native") -> str:
+        return worker_system_prompt(
+            thread_ref="T-ab12",
+            workspace=tmp_path,
+            tools=["bash"],
+            model=model,
+            tool_calls=tool_calls,
+        )
+
+    local = "openai:qwen@http://127.0.0.1:8081/v1"
+    plain = worker_system_prompt(thread_ref="T-ab12", workspace=tmp_path, tools=["bash"])
+    assert prompt("anthropic:claude-haiku-4-5") == plain  # other providers: not a byte changed
+    assert "Tool use, step by step" not in plain
+    native, constrained = prompt(local), prompt(local, "constrained")
+    assert native.startswith(plain.rstrip("\n")) and "Tool use, step by step" in native
+    assert "Tool names: bash, submit_result." in native
+    assert "never guess them" in native and "[T-ab12#N]" in native
+    assert 'Each reply is one JSON object: {"name": "<tool>"' in constrained
+    assert prompt(local) == native and prompt(local, "auto") == native  # same model, same bytes

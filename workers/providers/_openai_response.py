@@ -22,6 +22,9 @@ What servers get wrong, and what becomes of it:
 - tool calls written as text (``_openai_text_calls``), when switched on, no structured call came
   and the reply was not cut: the reply keeps its text block *and* gets a ``tool_use`` block per
   recognised call (fresh id), so the transcript shows both what was written and what was run;
+  a ``constrained`` reply (the request carried the tool-call schema) is read the same way, but
+  its JSON was only the call's envelope: a recognised call replaces the text, so the transcript
+  holds what a native call gives (a reply that is not such a call keeps its text);
 - usage: ``prompt_tokens`` includes cached tokens (OpenAI's meaning), so
   ``prompt_tokens_details.cached_tokens`` — or ``cache_read_input_tokens`` /
   ``prompt_cache_hit_tokens`` / llama.cpp's ``timings.cache_n`` — are reported as cache reads
@@ -78,6 +81,7 @@ def parse_response(
     model: str,
     max_tokens: int,
     text_tool_calls: bool,
+    constrained: bool = False,
     prompt_chars: Callable[[], int],
 ) -> ModelResponse:
     """The ``ModelResponse`` of a 2xx answer (see the module docstring); ``where`` names the
@@ -131,13 +135,16 @@ def parse_response(
     used = {b.id for m in request.messages for b in m.content if isinstance(b, ToolUseBlock)}
     for name, arguments, call_id in calls:
         content.append(ToolUseBlock(id=_unique(call_id, used), name=name, input=arguments))
-    if text_tool_calls and not calls and stop is None and request.tools and text:
+    if (text_tool_calls or constrained) and not calls and stop is None and request.tools and text:
         written = recognise(text, request.tools)
+        if written and constrained:
+            content = [b for b in content if not isinstance(b, TextBlock)]
         for name, arguments in written:
             content.append(ToolUseBlock(id=_unique(None, used), name=name, input=arguments))
         if written:
+            event = "constrained_tool_call" if constrained else "text_tool_calls_recognised"
             log.info(
-                "model.text_tool_calls_recognised",
+                f"model.{event}",
                 provider="openai",
                 model=model,
                 tools=[name for name, _ in written],

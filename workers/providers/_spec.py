@@ -86,10 +86,13 @@ def make_model(spec: str, **options: Any) -> Model:
     ``OpenAIChatModel`` share ``api_key``, ``max_retries``, ``timeout``, ``max_tokens``,
     ``backoff_base``, ``backoff_cap`` and ``retry_after_cap``. A job's ``max_output_tokens`` and
     ``request_timeout_s`` arrive here as ``max_tokens`` and ``timeout``; left out, each provider's
-    own default holds (the request's 8,192 output tokens; 600 s per attempt). The offline scripted
+    own default holds (the request's 8,192 output tokens; 600 s per attempt). A job's
+    ``tool_calls`` goes to the OpenAI-compatible provider only. The offline scripted
     model has no transport to configure and ignores them, so a caller can pass the same settings
     whatever the spec names."""
     parsed = parse_model_spec(spec)
+    if parsed.provider != "openai":
+        options.pop("tool_calls", None)  # constrained tool calls: an OpenAI-compatible knob
     if parsed.provider == "anthropic":
         from .anthropic import AnthropicModel  # lazy: the SDK import costs about a second
 

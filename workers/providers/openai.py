@@ -24,6 +24,23 @@ on by default) is recognised for the request's tools when its arguments validate
 keeps its text beside the recognised call; a body that is not the API's shape is
 ``BadModelResponse`` naming the provider and the field.
 
+Constrained tool calls (``tool_calls``, a job's ``[job] tool_calls``): a turn that must be a
+tool call (``ModelRequest.tool_required``: a worker's) can carry ``response_format: {"type":
+"json_schema", …}`` whose schema is ``anyOf`` over ``{"name": <const tool>, "arguments": <that
+tool's input schema>}`` for the request's own tools (llama.cpp turns it into a grammar; vLLM,
+Ollama and OpenAI take the same). ``"native"`` (the default) never sends it; ``"constrained"``
+sends it on every such turn; ``"auto"`` asks the endpoint once (a one-token request carrying a
+schema: a 2xx says it is accepted, a 4xx that it is not) and sends it only on a turn after the
+thread already holds an assistant turn with no tool call — native ``tool_calls`` stay first
+choice while the model emits them. Whether a turn is constrained depends only on the mode, the
+endpoint's answer and the stored transcript, so a resumed or forked thread's request is rebuilt
+byte for byte. The tools stay in the request either way (the prefix a server caches is the same).
+A worker that has made no tool call yet is not offered ``submit_result`` in the
+schema (the tools sent are unchanged): constrained, a small model otherwise "submits" a result it
+never ran (issue 26's 0.5B run), so its first call must be one that looks at something.
+The constrained reply's JSON is read as the call it names: the transcript holds the same
+``tool_use`` block (and no text) as for a native call.
+
 Time: ``timeout`` is a deadline for the whole of one attempt (connect, the server's queue and
 prompt reading, generation, the body), not httpx's per-read timeout, which a server dribbling bytes
 never trips. An attempt past its deadline is cancelled and its connection closed (as is one
@@ -43,8 +60,10 @@ the context (llama.cpp ``exceed_context_size_error``, vLLM/OpenAI ``maximum cont
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 import httpx
@@ -60,7 +79,8 @@ from store import (
     env_var,
     redact,
 )
-from workers._protocol import ModelRequest, ModelResponse
+from workers._protocol import ModelRequest, ModelResponse, ToolSpec
+from workers._results import SUBMIT_RESULT
 from workers.errors import ContextTooLong, ModelSpecError, ProviderUnavailable
 
 from ._openai_errors import SPEND_LIMIT, error_text, is_context_overflow, overflow_message
@@ -85,6 +105,10 @@ CPU, or a single server slot shared by parallel workers (requests queue), need a
 ``request_timeout_s``."""
 
 
+ToolCallMode = Literal["native", "constrained", "auto"]
+TOOL_CALL_MODES: tuple[str, ...] = get_args(ToolCallMode)
+
+
 def chat_completions_url(base_url: str) -> str:
     """``{base_url}/chat/completions`` by the rule in the module docstring."""
     url = base_url.rstrip("/")
@@ -107,7 +131,8 @@ class OpenAIChatModel:
     ``DEFAULT_TIMEOUT_S``; the module docstring says why it is a deadline). ``max_tokens``, when
     given, is the ``max_tokens`` of every request; else the request's, at most
     ``DEFAULT_MAX_TOKENS``. ``text_tool_calls`` recognises tool calls written as text in the reply
-    (``_openai_text_calls``). ``transport`` is for tests.
+    (``_openai_text_calls``). ``tool_calls`` is ``native``, ``constrained`` or ``auto`` (the
+    module docstring). ``transport`` is for tests.
     """
 
     result_nudges = 1  # small local models end turns without submit_result: nudge once
@@ -122,6 +147,7 @@ class OpenAIChatModel:
         timeout: float = DEFAULT_TIMEOUT_S,
         max_tokens: int | None = None,
         text_tool_calls: bool = True,
+        tool_calls: str = "native",
         backoff_base: float = 0.5,
         backoff_cap: float = 20.0,
         retry_after_cap: float = 60.0,
@@ -134,7 +160,15 @@ class OpenAIChatModel:
             raise ModelSpecError(
                 f"openai:{model}@{base_url}: max_tokens must be >= 1, got {max_tokens}"
             )
+        if tool_calls not in TOOL_CALL_MODES:
+            raise ModelSpecError(
+                f"openai:{model}@{base_url}: tool_calls must be one of "
+                f"{', '.join(TOOL_CALL_MODES)}, got {tool_calls!r}"
+            )
         self._model = model
+        self._tool_calls = tool_calls
+        self._schema_support: bool | None = None  # the endpoint's answer to the probe ("auto")
+        self._probe_lock = asyncio.Lock()
         self._base_url = base_url
         self._url = chat_completions_url(base_url)
         self._api_key = api_key or env_var("OPENAI_API_KEY") or None  # see store._secrets
@@ -201,7 +235,8 @@ class OpenAIChatModel:
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         max_tokens = self.max_tokens_for(request)
-        body = build_body(request, model=self._model, max_tokens=max_tokens)
+        constrained = await self.constrains(request)
+        body = build_body(request, model=self._model, max_tokens=max_tokens, constrain=constrained)
         where = self._mask(self.spec)
         client = self._http()
         attempt = 0
@@ -240,6 +275,7 @@ class OpenAIChatModel:
                         model=self._model,
                         max_tokens=max_tokens,
                         text_tool_calls=self._text_tool_calls,
+                        constrained=constrained,
                         prompt_chars=lambda: len(json.dumps(body, ensure_ascii=False)),
                     )
                 text = self._mask(error_text(response.content, reason=response.reason_phrase))
@@ -257,6 +293,45 @@ class OpenAIChatModel:
                 provider="openai",
                 model=self._model,
             )
+
+    @property
+    def tool_calls(self) -> str:
+        return self._tool_calls
+
+    async def constrains(self, request: ModelRequest) -> bool:
+        """Whether ``request`` goes with the tool-call schema (the module docstring)."""
+        if not request.tool_required or not request.tools or self._tool_calls == "native":
+            return False
+        if self._tool_calls == "constrained":
+            return True
+        missed = any(
+            m.role == "assistant" and not any(isinstance(b, ToolUseBlock) for b in m.content)
+            for m in request.messages
+        )
+        return missed and await self._accepts_schema()
+
+    async def _accepts_schema(self) -> bool:
+        """The endpoint's answer, asked once: does it take ``response_format`` with a JSON
+        schema? A 2xx is yes and a 4xx no (both kept); no answer (the network, a 5xx) is no for
+        now and asked again next time."""
+        async with self._probe_lock:
+            if self._schema_support is not None:
+                return self._schema_support
+            body = {
+                "model": self._model,
+                "messages": [{"role": "user", "content": "Answer with a JSON object."}],
+                "max_tokens": 1,
+                "response_format": _response_format({"type": "object"}),
+            }
+            try:
+                response = await self._attempt(self._http(), body)
+            except (_DeadlinePassed, httpx.TransportError) as exc:
+                log.warning("model.schema_probe_failed", model=self._model, error=repr(exc))
+                return False
+            if response.is_success or 400 <= response.status_code < 500:
+                self._schema_support = response.is_success
+                log.info("model.schema_probe", model=self._model, accepted=self._schema_support)
+            return response.is_success
 
     async def _attempt(self, client: httpx.AsyncClient, body: dict[str, Any]) -> httpx.Response:
         """One POST, read whole within the deadline. On the deadline the request task is
@@ -294,8 +369,11 @@ class OpenAIChatModel:
 # --- request ------------------------------------------------------------------------------------
 
 
-def build_body(request: ModelRequest, *, model: str, max_tokens: int) -> dict[str, Any]:
-    """The JSON body of ``POST /chat/completions`` for ``request``."""
+def build_body(
+    request: ModelRequest, *, model: str, max_tokens: int, constrain: bool = False
+) -> dict[str, Any]:
+    """The JSON body of ``POST /chat/completions`` for ``request``; ``constrain`` adds the
+    ``response_format`` that allows only a call of one of its tools."""
     messages: list[dict[str, Any]] = []
     if request.system:
         messages.append({"role": "system", "content": request.system})
@@ -314,7 +392,55 @@ def build_body(request: ModelRequest, *, model: str, max_tokens: int) -> dict[st
             }
             for t in request.tools
         ]
+        if constrain:
+            offered = request.tools
+            if not any(isinstance(b, ToolUseBlock) for m in request.messages for b in m.content):
+                offered = [t for t in offered if t.name != SUBMIT_RESULT] or offered
+            body["response_format"] = _response_format(tool_call_schema(offered))
     return body
+
+
+def _response_format(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": {"name": "tool_call", "schema": schema}}
+
+
+def tool_call_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
+    """A JSON schema that only a call of one of ``tools`` satisfies: ``anyOf`` over
+    ``{"name": <const>, "arguments": <input schema>}``. Each tool's ``$defs`` move to the top,
+    renamed ``<tool>.<name>`` (its ``#/$defs/…`` refs with them), so refs resolve from the root
+    and two tools' definitions of the same name do not collide."""
+    defs: dict[str, Any] = {}
+    variants = []
+    for tool in tools:
+        arguments = copy.deepcopy(tool.input_schema)
+        own = arguments.pop("$defs", None) if isinstance(arguments, dict) else None
+        renamed = {f"#/$defs/{k}": f"#/$defs/{tool.name}.{k}" for k in own or {}}
+        arguments = _rename_refs(arguments, renamed)
+        for key, value in (own or {}).items():
+            defs[f"{tool.name}.{key}"] = _rename_refs(value, renamed)
+        variants.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": tool.name}, "arguments": arguments},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
+    schema: dict[str, Any] = {"anyOf": variants}
+    if defs:
+        schema["$defs"] = defs
+    return schema
+
+
+def _rename_refs(node: Any, renamed: dict[str, str]) -> Any:
+    if isinstance(node, dict):
+        return {
+            k: renamed.get(v, v) if k == "$ref" and isinstance(v, str) else _rename_refs(v, renamed)
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [_rename_refs(v, renamed) for v in node]
+    return node
 
 
 def _messages(message: NewMessage) -> list[dict[str, Any]]:
