@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.importers import COMPACTION_MARK, ImportReport, batches, import_sessions
+from orchestrator.importers import ImportReport, batches, import_sessions
 from store import Kind, Store
-from tests.importers.fixtures import ClaudeSession, CodexRollout
+from tests.importers.fixtures import CodexRollout
 
 ORIGIN = "019a0000-aaaa-7bbb-8ccc-000000000009"  # sorts after the fork and the subagent
 
@@ -42,30 +42,3 @@ async def test_a_codex_fork_and_subagent_sorting_before_their_origin(
     assert forked.added == 2 and forked.created
     assert worker.info.kind == Kind.WORKER and worker.info.parent_id == main.info.id
     assert report.files == 3
-
-
-async def test_a_conversation_going_on_in_a_file_sorting_first(
-    tmp_path: Path, store: Store
-) -> None:
-    old = ClaudeSession(tmp_path, "bbbbbbbb-0000-4000-8000-000000000002")
-    old.user("long work")
-    old.call("tu1", "Bash", {"command": "make"}, msg_id="m1")
-    old.result("tu1", "built")
-    old.text("step one", msg_id="m2")
-    old.write()
-    new = ClaudeSession(tmp_path, "aaaaaaaa-0000-4000-8000-000000000001")
-    new.last = old.last
-    new.compact("Summary: step one is done")
-    new.user("go on")
-    new.text("step two", msg_id="m3")
-    new.write()
-    report = await import_sessions(store, tmp_path)
-    by_id = {w.source["session_id"]: w for w in report.threads}
-    first, second = by_id[old.session_id], by_id[new.session_id]
-    assert second.info.forked_from is not None
-    assert (second.info.forked_from.thread_id, second.info.forked_from.at) == (first.info.id, 4)
-    texts = [m.text for m in await store.messages(second.info.id)]
-    assert texts[0] == "long work" and texts[3] == "step one"
-    assert texts[4].startswith(COMPACTION_MARK)
-    assert texts[5:] == ["go on", "step two"]
-    assert len(await store.list_threads()) == 2

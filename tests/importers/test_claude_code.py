@@ -210,16 +210,25 @@ async def test_reimport_after_a_rewind_forks_and_keeps_the_old_main(
     assert again.threads
 
 
+@pytest.mark.parametrize(
+    "ids",
+    [
+        ("aaaaaaaa-0000-4000-8000-000000000001", "bbbbbbbb-0000-4000-8000-000000000002"),
+        # the file going on sorts first: a file at a time, the import puts it after its origin
+        ("bbbbbbbb-0000-4000-8000-000000000002", "aaaaaaaa-0000-4000-8000-000000000001"),
+    ],
+    ids=["in-order", "continuation-sorts-first"],
+)
 async def test_compaction_continuing_in_a_new_file_forks_from_the_old_one(
-    tmp_path: Path, store: Store
+    tmp_path: Path, store: Store, ids: tuple[str, str]
 ) -> None:
-    old = ClaudeSession(tmp_path, "aaaaaaaa-0000-4000-8000-000000000001")
+    old = ClaudeSession(tmp_path, ids[0])
     old.user("long work")
     old.call("tu1", "Bash", {"command": "make"}, msg_id="m1")
     old.result("tu1", old.tool_output("tu1", "built\n" * 1000))
     old.text("step one", msg_id="m2")
     old.write()
-    new = ClaudeSession(tmp_path, "bbbbbbbb-0000-4000-8000-000000000002")
+    new = ClaudeSession(tmp_path, ids[1])
     new.last = old.last
     new.compact("Summary: step one is done")
     new.user("go on")
