@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,7 +19,15 @@ from ._ledger import INSERT_USAGE, usage_row
 from ._outputs import OutputFile
 from ._sqlite import Tx, as_utc, json_value, utcnow
 from .errors import InvariantError, LeaseLost, StoreError, ThreadNotFound
-from .models import CONTENT_FORMAT, Message, NewMessage, ThreadInfo, UsageRecord
+from .models import (
+    CONTENT_ADAPTER,
+    CONTENT_FORMAT,
+    ContentBlock,
+    Message,
+    NewMessage,
+    ThreadInfo,
+    UsageRecord,
+)
 from .refs import format_ref
 
 INSERT_MESSAGE = (
@@ -31,19 +40,32 @@ UPDATE_HEAD = (
 )
 
 
-def encode(msgs: Sequence[NewMessage]) -> list[tuple[str, str]]:
-    """Each message's stored content (JSON text) and its full-text row's text."""
-    return [
-        (
-            json.dumps(
-                [b.model_dump(mode="json", exclude_none=True) for b in m.content],
-                ensure_ascii=False,
-                separators=(",", ":"),
-            ),
-            _search.searchable_text(m.content),
+Encoded = tuple[str, str, "list[ContentBlock] | None"]
+"""A message's stored content (JSON text), its full-text row's text, and its blocks as stored
+when they differ from the message's (None: they do not)."""
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encode(msgs: Sequence[NewMessage]) -> list[Encoded]:
+    """Each message's stored content (JSON text) and its full-text row's text. A lone surrogate
+    (a model's JSON may hold ``"\\ud800"``) has no UTF-8 form, so neither database can keep it,
+    nor can the store's JSON reader read its escape: it is stored as U+FFFD, and the message as
+    stored is what the append returns (a resume then sends what the run sent)."""
+    out: list[Encoded] = []
+    for m in msgs:
+        content = json.dumps(
+            [b.model_dump(mode="json", exclude_none=True) for b in m.content],
+            ensure_ascii=False,
+            separators=(",", ":"),
         )
-        for m in msgs
-    ]
+        text = _search.searchable_text(m.content)
+        if _SURROGATE.search(content) is None:
+            out.append((content, text, None))
+            continue
+        content, text = _SURROGATE.sub("\ufffd", content), _SURROGATE.sub("\ufffd", text)
+        out.append((content, text, CONTENT_ADAPTER.validate_json(content)))
+    return out
 
 
 def rows_of(
@@ -52,7 +74,7 @@ def rows_of(
     first_seq: int,
     msgs: Sequence[NewMessage],
     now: datetime,
-    encoded: list[tuple[str, str]] | None = None,
+    encoded: list[Encoded] | None = None,
     times: Sequence[datetime | None] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Message]]:
     """The ``messages`` rows of ``msgs``, their search rows, and the stored models; ``times``:
@@ -61,7 +83,9 @@ def rows_of(
     rows: list[dict[str, Any]] = []
     texts: list[dict[str, Any]] = []
     out: list[Message] = []
-    for i, (m, (content, text)) in enumerate(zip(msgs, encoded or encode(msgs), strict=True)):
+    for i, (m, (content, text, stored)) in enumerate(
+        zip(msgs, encoded or encode(msgs), strict=True)
+    ):
         seq = first_seq + i
         own = times[i] if times is not None else None
         at = now if own is None else as_utc(own)
@@ -78,7 +102,11 @@ def rows_of(
         texts.append({"text": text, "thread_id": thread_id, "seq": seq})
         out.append(
             Message.model_construct(
-                thread_id=thread_id, seq=seq, role=m.role, content=list(m.content), created_at=at
+                thread_id=thread_id,
+                seq=seq,
+                role=m.role,
+                content=list(m.content) if stored is None else stored,
+                created_at=at,
             )
         )
     return rows, texts, out
@@ -127,7 +155,7 @@ class PendingAppend:
     future: asyncio.Future[list[Message]]
     lease_owner: str | None = None
     files: Mapping[str, OutputFile] | None = None
-    encoded: list[tuple[str, str]] | None = None
+    encoded: list[Encoded] | None = None
     """``encode(messages)``, done before the transaction (None: done in it)."""
     times: Sequence[datetime | None] | None = None
     """Each message's own time (``Store.append(times=…)``); None: the transaction's."""

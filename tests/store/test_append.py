@@ -41,6 +41,35 @@ async def test_appends_are_numbered_from_one_and_read_back_in_order(store: Store
     assert info.version == 3  # created, then two appends
 
 
+async def test_a_lone_surrogate_in_a_reply_is_stored_as_a_replacement_character(
+    store: Store,
+) -> None:
+    """A model's JSON may hold ``"\\ud800"``: the reply has a lone surrogate, which neither
+    database can encode (the append failed with UnicodeEncodeError and the run stopped). It is
+    stored as U+FFFD wherever it is, the append returns the message as stored, and the rest of
+    the thread is unaffected."""
+    tid = await _thread(store, user("go"))
+    reply = NewMessage(
+        role="assistant",
+        content=[
+            TextBlock(text="alpha\ud800b \udfff gamma"),
+            ToolUseBlock(id="t1", name="bash", input={"command": "echo \udc80x"}),
+        ],
+    )
+    appended = await store.append(tid, reply)
+    await store.append(
+        tid, NewMessage(role="user", content=[ToolResultBlock(tool_use_id="t1", content="ok")])
+    )
+    stored = await store.messages(tid)
+    assert shape(stored[1:2]) == shape(appended)
+    text, call = stored[1].content
+    assert isinstance(text, TextBlock) and text.text == "alpha\ufffdb \ufffd gamma"
+    assert isinstance(call, ToolUseBlock) and call.input == {"command": "echo \ufffdx"}
+    hits = await store.search("gamma")
+    assert [(h.thread_id, h.seq) for h in hits] == [(tid, 2)]
+    assert (await store.get_thread(tid)).head_seq == 3
+
+
 async def test_an_empty_append_is_a_no_op(store: Store) -> None:
     tid = await _thread(store, user("x"))
     assert await store.append(tid, []) == []
