@@ -5,12 +5,10 @@ text itself spelt ``\\u27e6``), and ``--json`` carries the offsets beside the pl
 from __future__ import annotations
 
 import json
-import os
-import pty
 import re
-import sys
 from pathlib import Path
 
+from tests._terminal import run_on_terminal
 from tests.orchestrator.test_cli_helpers import run_cli
 
 TEXT = "emit _BINARY[op] then ⟦op⟧ when [x] holds"
@@ -48,25 +46,8 @@ def test_on_a_terminal_a_match_is_styled_and_nothing_is_added_to_the_text(
     tmp_path: Path,
 ) -> None:
     db, _ = _db(tmp_path)
-    pid, fd = pty.fork()
-    if pid == 0:  # pragma: no cover - the child
-        os.environ.pop("NO_COLOR", None)
-        os.environ["COLUMNS"] = "200"
-        argv = [sys.executable, "-m", "orchestrator", "--db", str(db), "search", "op"]
-        os.execv(sys.executable, argv)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(fd)
-    _, status = os.waitpid(pid, 0)
-    out = b"".join(chunks).decode()
-    assert os.waitstatus_to_exitcode(status) == 0, out
+    code, out = run_on_terminal("--db", str(db), "search", "op", env={"COLUMNS": "200"})
+    assert code == 0, out
     styled = re.findall("\x1b\\[([0-9;]+)m([^\x1b]*)\x1b\\[0m", out)
     assert [text for _, text in styled if text == "op"] == ["op", "op"]
     plain = re.sub("\x1b\\[[0-9;]*m", "", out)

@@ -4,43 +4,23 @@ the report at the end is rendered Markdown."""
 
 from __future__ import annotations
 
-import fcntl
-import os
-import pty
 import re
-import struct
-import sys
-import termios
 
+from tests._terminal import run_on_terminal
 from tests.e2e.conftest import Env, bash, submit
 
 CSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def _run_on_a_terminal(env: Env, *args: str, columns: int = 120) -> tuple[int, str]:
-    pid, fd = pty.fork()
-    if pid == 0:  # pragma: no cover - the child
-        fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
-        os.chdir(env.root)
-        os.environ.pop("THREADLOOM_DB", None)
-        os.environ.pop("NO_COLOR", None)
-        os.environ.update(COLUMNS=str(columns), LINES="40", TERM="xterm-256color")
-        os.execv(
-            sys.executable,
-            [sys.executable, "-m", "orchestrator", "--db", str(env.db), *args],
-        )
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(fd)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode(errors="replace")
+    return run_on_terminal(
+        "--db",
+        str(env.db),
+        *args,
+        cwd=env.root,
+        columns=columns,
+        env={"COLUMNS": str(columns), "LINES": "40", "TERM": "xterm-256color"},
+    )
 
 
 def test_a_long_bash_call_ticks_on_the_terminal_and_the_report_is_rendered(env: Env) -> None:

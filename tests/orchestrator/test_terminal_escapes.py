@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import pty
 import re
 import subprocess
 import sys
@@ -19,6 +17,7 @@ import pytest
 
 from orchestrator.cli._render import visible
 from store import NewMessage, Status, Store, ToolResultBlock, ToolUseBlock
+from tests._terminal import run_on_terminal
 from tests.orchestrator.test_cli_helpers import clean_env, run_cli
 
 TITLE = "\x1b]0;pwned pane\x07Fix \u202eexe.txt\u202c it"
@@ -137,27 +136,8 @@ def test_raw_and_export_keep_the_bytes_as_stored(hostile: tuple[Path, str]) -> N
 def test_on_a_terminal_only_the_styling_is_escape_codes(hostile: tuple[Path, str]) -> None:
     """On a real pseudo-terminal rich styles the output; the record's controls are still shown."""
     db, ref = hostile
-    pid, fd = pty.fork()
-    if pid == 0:  # pragma: no cover - the child
-        os.environ.pop("THREADLOOM_DB", None)
-        os.environ.pop("NO_COLOR", None)
-        os.execv(
-            sys.executable,
-            [sys.executable, "-m", "orchestrator", "--db", str(db), "show", "--tools", ref],
-        )
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(fd)
-    _, status = os.waitpid(pid, 0)
-    out = b"".join(chunks).decode()
-    assert os.waitstatus_to_exitcode(status) == 0, out
+    code, out = run_on_terminal("--db", str(db), "show", "--tools", ref)
+    assert code == 0, out
     assert "FAKE: all 39 tests passed" in out
     # the only escape sequences are rich's SGR styling: no OSC, no cursor move, no erase, no BEL
     without_sgr = re.sub("\x1b\\[[0-9;]*m", "", out).replace("\r\n", "\n")
