@@ -89,6 +89,64 @@ def finish(
     return info
 
 
+def hand_off(
+    tx: Tx,
+    thread_id: str,
+    owner: str,
+    *,
+    now: datetime,
+    result: Result | None,
+    successor: Mapping[str, Any],
+    messages: Sequence[NewMessage],
+) -> ThreadInfo:
+    """``Store.hand_off``'s transaction: the thread ``owner`` runs ends ``done`` (under its
+    lease: ``LeaseLost`` writes nothing), its successor — same job, kind, parent, title and
+    model unless ``successor`` says otherwise — starts ``queued`` with ``continues_id`` and its
+    first ``messages``, and the dispatch row of the task moves to it (the job sees one task).
+
+    A thread continued already (the unique index on ``continues_id``) is not continued again:
+    its successor is returned and nothing is written."""
+    found = tx.fetchone("SELECT id FROM threads WHERE continues_id = :id", {"id": thread_id})
+    if found is not None:
+        return _threads.get(tx, found[0])
+    before = _threads.set_status(
+        tx, thread_id, Status.DONE, now=now, result=result, lease_owner=owner
+    )
+    _threads.release_lease(tx, thread_id, owner)
+    values = {
+        "kind": str(before.kind),
+        "title": before.title,
+        "parent_id": before.parent_id,
+        "job_id": before.job_id,
+        "task": before.task,
+        "system_prompt": before.system_prompt,
+        "tools": list(before.tools),
+        "model": before.model,
+        **successor,
+        "status": str(Status.QUEUED),
+        "continues_id": thread_id,
+    }
+    _messages.new_thread(tx, now, messages, **values)
+    tx.execute(
+        "UPDATE dispatches SET worker_id = :new, updated_at = :now WHERE worker_id = :old",
+        {"new": values["id"], "old": thread_id, "now": tx.time(now)},
+    )
+    return _threads.get(tx, values["id"])
+
+
+_DISPATCH_COLUMNS = "d.lead_id, d.tool_use_id, d.task_index, d.task_key, d.worker_id, d.status"
+
+
+def of_job(tx: Tx, job_id: str) -> list[Dispatch]:
+    """Every dispatch of a job, whichever of its leads (a handoff's chain) made it, in order."""
+    rows = tx.fetchall(
+        f"SELECT {_DISPATCH_COLUMNS} FROM dispatches d JOIN threads t ON t.id = d.lead_id"
+        " WHERE t.job_id = :job ORDER BY d.id",
+        {"job": job_id},
+    )
+    return [Dispatch(*r) for r in rows]
+
+
 def of_lead(tx: Tx, lead_id: str, tool_use_id: str | None) -> list[Dispatch]:
     sql = (
         "SELECT lead_id, tool_use_id, task_index, task_key, worker_id, status FROM dispatches"
@@ -167,6 +225,10 @@ class Dispatches:
         return await self._writer.db.read(
             lambda tx: of_lead(tx, lead_id, tool_use_id), where="reading dispatches"
         )
+
+    async def of_job(self, job_id: str) -> list[Dispatch]:
+        """Every dispatch of the job, by any lead of its handoff chain, in the order made."""
+        return await self._writer.db.read(lambda tx: of_job(tx, job_id), where="reading dispatches")
 
     async def set_status(self, worker_id: str, status: str) -> None:
         now = utcnow()

@@ -247,6 +247,8 @@ class RawThread(_Plain):
     """A thread's metadata row, with ``ThreadInfo``'s attribute names."""
 
     __slots__ = (
+        "continued_by",
+        "continues",
         "created_at",
         "error",
         "forked_from",
@@ -286,6 +288,8 @@ class RawThread(_Plain):
     lease_expires_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    continues: str | None
+    continued_by: str | None
 
     def __init__(self, **values: Any) -> None:
         for k in self.__slots__:

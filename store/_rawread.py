@@ -90,7 +90,8 @@ def open_at_head(path: Path) -> sqlite3.Connection:
 
 def _thread(row: Sequence[Any]) -> RawThread:
     tid, kind, title, status, parent, forked_id, forked_at, job, task, prompt, tools = row[:11]
-    model, result, error, version, head, owner, expires, created, updated = row[11:]
+    model, result, error, version, head, owner, expires, created, updated = row[11:20]
+    continues, continued_by = row[20:22]
     if kind not in KINDS or status not in STATUSES:
         raise Unsupported(f"kind {kind!r} / status {status!r}")
     if forked_id is not None and forked_at is None:
@@ -119,6 +120,8 @@ def _thread(row: Sequence[Any]) -> RawThread:
         lease_expires_at=None if expires is None else stamp(expires),
         created_at=stamp(created),
         updated_at=stamp(updated),
+        continues=continues,
+        continued_by=continued_by,
     )
 
 

@@ -96,10 +96,12 @@ aggregate reads its ordered subquery in order, which SQLite never flattens into 
 THREAD_COLUMNS = (
     "id, kind, title, status, parent_id, forked_from_id, forked_at_seq, job_id, task,"
     " system_prompt, tools, model, result, error, version, head_seq, lease_owner,"
-    " lease_expires_at, created_at, updated_at"
+    " lease_expires_at, created_at, updated_at, continues_id,"
+    " (SELECT c.id FROM threads c WHERE c.continues_id = threads.id) AS continued_by"
 )
 THREAD_SELECT = f"SELECT {THREAD_COLUMNS} FROM threads"
-"""A thread's row, in ``ThreadInfo``'s field order (``_threads.thread_from_row``)."""
+"""A thread's row, in ``ThreadInfo``'s field order (``_threads.thread_from_row``); the last
+column, the thread that continues it, is found through ``continues_id``'s unique index."""
 
 
 def thread_row(tx: Any, ident: str, *, suffix: bool = False) -> Sequence[Any]:

@@ -7,5 +7,5 @@ constant; a migration that adds a revision bumps it here.
 
 from __future__ import annotations
 
-SCHEMA_HEAD = "0005"
+SCHEMA_HEAD = "0006"
 """The newest Alembic revision; a test checks it matches ``migrations/versions``."""

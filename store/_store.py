@@ -436,6 +436,37 @@ class Store:
         lease.released = True
         return info
 
+    async def hand_off(
+        self,
+        lease: Lease,
+        *,
+        result: Result | None,
+        successor: Mapping[str, Any],
+        messages: Sequence[NewMessage],
+    ) -> ThreadInfo:
+        """A run's last write when its thread hands off (SPEC "Jobs larger than one context"),
+        in one transaction: the thread ends ``done`` with ``result`` under the lease (``LeaseLost``
+        writes nothing), the lease is given up, and its successor is created ``queued`` with
+        ``continues`` set and its first ``messages``; the thread's dispatch row moves to it.
+        ``successor``: the new thread's ``id`` (required), and any of ``system_prompt``,
+        ``tools``, ``task``, ``title``, ``model`` that differ from the thread's. Stored before
+        anything acts on it, and at most once: a thread continued already returns its successor
+        with nothing written. Shielded like every terminal write."""
+        if "id" not in successor:
+            raise ValueError("hand_off needs the successor's id")
+        check_append((), 0, messages)  # refused before anything is written
+        tid, owner, now = lease.thread_id, lease.owner, utcnow()
+        lease.ending = True
+        info = await self._writer.run(
+            lambda tx: _dispatches.hand_off(
+                tx, tid, owner, now=now, result=result, successor=successor, messages=messages
+            ),
+            where="handing a thread off",
+            terminal=True,
+        )
+        lease.released = True
+        return info
+
     async def spawn_workers(
         self, *, lead_id: str, tool_use_id: str, workers: Sequence[Mapping[str, Any]]
     ) -> list[tuple[ThreadInfo, bool]]:

@@ -50,11 +50,15 @@ threads = sa.Table(
     # the source an imported thread stands for (NULL for threadloom's own): unique, so two
     # imports of one session at once cannot both create its thread (migration 0005)
     sa.Column("source_key", sa.Text, nullable=True),
+    # the thread this one continues after a handoff (SPEC "Jobs larger than one context"):
+    # unique, so a thread has at most one successor (migration 0006)
+    sa.Column("continues_id", ID, sa.ForeignKey("threads.id"), nullable=True),
     sa.Index(None, "job_id"),
     sa.Index(None, "parent_id"),
     sa.Index(None, "forked_from_id"),
     sa.Index(None, "status"),
     sa.Index(None, "source_key", unique=True),
+    sa.Index(None, "continues_id", unique=True),
 )
 
 # append-only in the database too: migration 0003 adds triggers rejecting UPDATE and DELETE (and,

@@ -40,7 +40,8 @@ ALLOWED[Status.INTERRUPTED] |= {Status.CANCELLED}
 def thread_from_row(row: Sequence[Any]) -> ThreadInfo:
     """A row of ``SELECT``'s columns as the model (JSON text parsed, times made aware)."""
     tid, kind, title, status, parent, forked_id, forked_at, job, task, prompt, tools = row[:11]
-    model, result, error, version, head, owner, expires, created, updated = row[11:]
+    model, result, error, version, head, owner, expires, created, updated = row[11:20]
+    continues, continued_by = row[20:22]
     result = json_value(result)
     return ThreadInfo.model_construct(
         id=tid,
@@ -62,6 +63,8 @@ def thread_from_row(row: Sequence[Any]) -> ThreadInfo:
         lease_expires_at=None if expires is None else as_time(expires),
         created_at=as_time(created),
         updated_at=as_time(updated),
+        continues=continues,
+        continued_by=continued_by,
     )
 
 

@@ -321,6 +321,10 @@ class ThreadInfo(_Frozen):
     lease_expires_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    continues: str | None = None
+    """The thread this one took over from in a handoff (SPEC "Jobs larger than one context")."""
+    continued_by: str | None = None
+    """The thread that took over from this one (it ended ``done`` handing off), or None."""
 
     @property
     def ref(self) -> str:
