@@ -16,11 +16,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
+from workers import context_window
 from workers.tools import DEFAULT_WORKER_TOOLS, TOOL_REGISTRY
 
 from .errors import JobFileError
 
 DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
+DEFAULT_LEAD_CONTEXT_TOKENS = 100_000
+"""The lead's ceiling when its model's context window is unknown (SPEC)."""
 
 TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 """A task id: a letter or digit, then letters, digits, ``.``, ``_``, ``-`` (it names a branch,
@@ -77,6 +80,15 @@ class WorkerDefaults(_Strict):
     )
     tool_calls: Literal["native", "constrained", "auto"] | None = Field(
         None, description="How workers' tool calls are asked of openai: models; default: the job's"
+    )
+    # a worker whose next request would exceed this hands off to a successor worker thread of
+    # the same task (SPEC "Jobs larger than one context"); None: its model's context window
+    # when known, else only when the provider reports an overflow
+    context_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Tokens a worker request may hold before the worker hands off; default: its"
+        " model's context window when known",
     )
 
     _tools = field_validator("tools")(check_tools)
@@ -158,6 +170,10 @@ class JobSpec(_Strict):
     # openai: models only: "native" tool_calls, the reply "constrained" to a tool-call JSON
     # schema on turns that must call a tool, or "auto" (README §Small models)
     tool_calls: Literal["native", "constrained", "auto"] = "native"
+    # the lead's request ceiling: before a request would exceed it the lead hands off to a
+    # successor that starts from the job's ledger (SPEC "Jobs larger than one context");
+    # None: 60% of the lead model's context window when known, else 100,000
+    lead_context_tokens: int | None = Field(None, ge=1)
     worker: WorkerDefaults = Field(default_factory=WorkerDefaults)
     tasks: list[TaskSpec] = Field(default_factory=list)
     # where worker runs execute: in this process, or on ``threadloom worker`` hosts through a
@@ -211,6 +227,24 @@ class JobSpec(_Strict):
     @property
     def lead_model(self) -> str:
         return self.resolve_spec(self.model)
+
+    @property
+    def lead_ceiling(self) -> int:
+        """The lead's request ceiling in tokens (``lead_context_tokens``, else its default)."""
+        if self.lead_context_tokens is not None:
+            return self.lead_context_tokens
+        window = context_window(self.lead_model)
+        return window * 6 // 10 if window else DEFAULT_LEAD_CONTEXT_TOKENS
+
+    def worker_ceiling(self, spec: str) -> int | None:
+        """A worker's request ceiling on the model ``spec``: ``[job.worker] context_tokens``,
+        else the model's context window less its reply's room, when known."""
+        if self.worker.context_tokens is not None:
+            return self.worker.context_tokens
+        window = context_window(spec)
+        if window is None:
+            return None
+        return window - (self.worker.max_output_tokens or self.max_output_tokens or 8192)
 
     @property
     def worker_tool_calls(self) -> str:

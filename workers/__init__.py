@@ -25,6 +25,7 @@ from ._protocol import (
 )
 from ._request import DEFAULT_OUTPUT_CAP, build_request, cap_text
 from ._results import SUBMIT_RESULT, Submission
+from ._tokens import context_window, estimate_tokens, prefix_tokens, request_tokens
 from .errors import (
     BadModelResponse,
     ContextTooLong,
@@ -74,10 +75,14 @@ __all__ = [
     "build_request",
     "build_tools",
     "cap_text",
+    "context_window",
+    "estimate_tokens",
     "make_model",
     "parse_model_spec",
+    "prefix_tokens",
     "preflight",
     "project_notes",
+    "request_tokens",
     "run_thread",
     "runner_id",
     "worker_system_prompt",
