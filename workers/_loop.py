@@ -16,8 +16,9 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -56,14 +57,15 @@ from ._calls import (
     tool_spec,
 )
 from ._nudges import EMPTY_REPLY_SUMMARY, nudge_text, reply_text
-from ._protocol import Model, ModelResponse, ToolSpec, result_nudges
+from ._protocol import Model, ModelRequest, ModelResponse, ToolSpec, result_nudges
 from ._repetition import repetition
 from ._request import DEFAULT_OUTPUT_CAP, RequestBuilder
 from ._results import (
     SUBMIT_RESULT,
     submit_result_spec,
 )
-from .errors import ModelError, ScriptError
+from ._tokens import messages_tokens, request_tokens
+from .errors import ContextTooLong, HandOffRefused, ModelError, ScriptError
 from .tools import SandboxSettings, Tool, ToolContext, ToolOutput
 
 log = structlog.get_logger("threadloom.loop")
@@ -77,6 +79,12 @@ CUT_OFF_TEXT = (
 )
 STOPPED_TOOL = "not run: the reply that made this call was stopped (it repeated itself)"
 
+
+HandOff = Callable[[Lease, str], Coroutine[Any, Any, ThreadInfo]]
+"""``hand_off(lease, reason)``: end the thread ``lease`` holds ``done`` and start its successor,
+in one write (the orchestrator's ``Store.hand_off`` with the successor's first message); returns
+the successor. The loop calls it when the thread's next request would not fit its context
+(``LoopConfig.context_tokens``, or the provider's refusal)."""
 
 CheckHook = Callable[[Result, Sequence[Message]], Awaitable[Check]]
 """``check_result(result, history)``: the check of a worker's result against its visible
@@ -101,6 +109,9 @@ class LoopConfig:
     max_cutoffs: int = 2
     lease_ttl_s: float = 60.0
     bash_timeout_s: float = 120.0
+    context_tokens: int | None = None
+    """The most tokens a request may hold: before one would hold more, a run given a
+    ``hand_off`` hands the thread off (None: only when the provider refuses one as too long)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +149,8 @@ class RunOutcome:
     usage: Usage
     error: str | None = None
     exception: BaseException | None = None
+    continued_by: str | None = None
+    """The successor this run handed the thread off to (the thread ended ``done``)."""
 
     @property
     def ref(self) -> str:
@@ -169,6 +182,9 @@ class _Run:
     title: str = ""
     after_tools: Callable[[int], Awaitable[None]] | None = None
     check_result: CheckHook | None = None
+    hand_off: HandOff | None = None
+    counted: tuple[int, int] | None = None
+    """(tokens, messages) of the newest request as the provider counted its input."""
     corrections: int = 0  # submissions sent back with their contradictions (SPEC: at most one)
     history: list[Message] = field(default_factory=list)
     turns: int = 0
@@ -229,6 +245,7 @@ async def run_thread(
     sandbox: SandboxSettings | None = None,
     thread: ThreadInfo | None = None,
     check_result: CheckHook | None = None,
+    hand_off: HandOff | None = None,
 ) -> RunOutcome:
     """Run a thread from its stored history until it ends; return how it ended.
 
@@ -243,6 +260,9 @@ async def run_thread(
     ``check_result``, if given, checks a worker's result before it is stored: a submission with
     a contradicted claim goes back to the worker once as a tool error naming each one; what it
     submits next stands with its check (a result the loop makes itself is checked too).
+    ``hand_off``, if given, is called (with the lease) instead of a model call whose request
+    would exceed ``config.context_tokens`` or that the provider refuses as too long, once the
+    thread has a turn of its own: the run then ends with the outcome's ``continued_by`` set.
     The thread's system prompt and tool names come from the thread itself (``tools`` supplies the
     implementations; ``submit_result`` is handled here for workers). Raises ``LeaseHeld`` when
     another runner owns the thread and ``asyncio.CancelledError`` when cancelled — after the
@@ -301,6 +321,7 @@ async def run_thread(
         title=info.title,
         after_tools=after_tools,
         check_result=check_result if info.kind == Kind.WORKER else None,
+        hand_off=hand_off,
     )
     run.owner = me
     bound = structlog.contextvars.bound_contextvars(
@@ -466,7 +487,26 @@ async def _turns(run: _Run) -> RunOutcome:
             )
         if run.before_model_call is not None:
             await run.before_model_call()
-        response = await run.model.complete(run.requests.request())
+        request = run.requests.request()
+        if run.hand_off is not None and cfg.context_tokens is not None:
+            need = _tokens_of(run, request)
+            if need > cfg.context_tokens:
+                return await _hand_off(
+                    run,
+                    f"its next request would hold ~{need:,} tokens, over its ceiling of"
+                    f" {cfg.context_tokens:,}",
+                )
+        try:
+            response = await run.model.complete(request)
+        except ContextTooLong as exc:
+            if run.hand_off is None:
+                raise
+            return await _hand_off(run, f"the provider refused its request as too long: {exc}")
+        u = response.usage
+        run.counted = (
+            u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens,
+            len(request.messages),
+        )
         run.turns += 1
         run.usage = run.usage + response.usage
         record = UsageRecord(
@@ -495,6 +535,45 @@ async def _turns(run: _Run) -> RunOutcome:
         ended = await _after_turn(run, response, turn_msg, uses)
         if ended is not None:
             return ended
+
+
+def _tokens_of(run: _Run, request: ModelRequest) -> int:
+    """What ``request`` holds, in tokens: the provider's count of the newest request of this run
+    plus an upper estimate of the messages since; estimated whole when there is no such count
+    (a run's first request, a provider that reports none)."""
+    if run.counted is not None and run.counted[0] > 0 and run.counted[1] <= len(request.messages):
+        tokens, at = run.counted
+        return tokens + messages_tokens(islice(request.messages, at, None))
+    return request_tokens(request)
+
+
+async def _hand_off(run: _Run, reason: str) -> RunOutcome:
+    """End the thread ``done`` and start its successor (``run.hand_off``, one write), or — when
+    the thread has no turn of its own yet, so a successor would start as full — fail it."""
+    ref = format_ref(run.thread_id)
+    if not any(m.role == "assistant" and m.thread_id == run.thread_id for m in run.history):
+        return await _finish(
+            run,
+            Status.FAILED,
+            error=f"{ref}: {reason}, before any turn of its own (its first messages alone fill"
+            " the context: raise its ceiling)",
+        )
+    assert run.hand_off is not None and run.lease is not None
+    try:
+        successor = await finish_uncancelled(run.hand_off(run.lease, reason))
+    except HandOffRefused as exc:
+        return await _finish(run, Status.FAILED, error=f"{ref}: {reason}; {exc}", exception=exc)
+    run.emit("handoff", status=Status.DONE, detail=successor.ref)
+    log.info("thread.handed_off", successor=successor.ref, reason=reason, turns=run.turns)
+    return RunOutcome(
+        thread_id=run.thread_id,
+        status=Status.DONE,
+        result=None,
+        final_text="",
+        turns=run.turns,
+        usage=run.usage,
+        continued_by=successor.id,
+    )
 
 
 async def _after_turn(

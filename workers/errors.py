@@ -9,7 +9,8 @@
     │   ├── ContextTooLong          "prompt is too long" / request_too_large: never retried
     │   ├── ProviderRejected        the provider refused the request (400/401/403/404)
     │   └── BadModelResponse        a response that is not what the protocol promises
-    └── ToolInputError          a tool call whose input does not validate (returned to the model)
+    ├── ToolInputError          a tool call whose input does not validate (returned to the model)
+    └── HandOffRefused          a thread's context is full and no successor can hold its state
 
 Each provider translates its dependency's exceptions at its one boundary
 (``raise ProviderUnavailable(...) from exc``).
@@ -61,3 +62,8 @@ class BadModelResponse(ModelError):
 
 class ToolInputError(WorkerError, ValueError):
     pass
+
+
+class HandOffRefused(WorkerError):
+    """Raised by a ``hand_off`` hook: the thread cannot hand off (its successor's first message
+    would not fit either); the run ends ``failed`` with this message."""

@@ -20,11 +20,26 @@ from typing import Any
 
 import structlog
 
-from store import Check, Kind, LeaseHeld, Message, Result, Status, Store, ThreadInfo, format_ref
+from store import (
+    Check,
+    Kind,
+    Lease,
+    LeaseHeld,
+    Message,
+    NewMessage,
+    Result,
+    Status,
+    Store,
+    ThreadInfo,
+    format_ref,
+    new_id,
+)
 from workers import (
     SUBMIT_RESULT,
     BudgetExhausted,
     CheckHook,
+    HandOff,
+    HandOffRefused,
     LoopConfig,
     LoopEvent,
     Model,
@@ -34,6 +49,7 @@ from workers import (
     make_model,
     run_thread,
 )
+from workers._tokens import BYTES_PER_TOKEN
 from workers.tools import (
     ProcessLimitUnavailable,
     SandboxSettings,
@@ -48,7 +64,7 @@ from ..jobs import JobSpec
 from . import threads
 from .check import check_result
 from .executors import Executor, executor_for
-from .lead_tools import lead_tools, reader_tools
+from .lead_tools import ReadThreadTool, lead_tools, reader_tools
 
 log = structlog.get_logger("threadloom.runtime")
 
@@ -122,6 +138,14 @@ class JobRuntime:
     _isolation: Isolation | None = None
     _isolation_loaded: bool = False
     _executor: Executor | None = None
+    _lead_now: str | None = None
+
+    @property
+    def current_lead(self) -> str:
+        """The lead thread running now: the job's first lead, or its newest successor (SPEC
+        "Jobs larger than one context"). Workers, readers and forks it makes hang under it;
+        ``lead_id`` stays the job's id."""
+        return self._lead_now or self.lead_id
 
     @property
     def executor(self) -> Executor:
@@ -187,7 +211,7 @@ class JobRuntime:
     async def task_ref(self, task_id: str) -> str | None:
         """The ref of the newest worker that ran task ``task_id`` in this job."""
         found = None
-        for d in await self.store.dispatches.of_lead(self.lead_id):
+        for d in await self.store.dispatches.of_job(self.lead_id):
             if d.task_key == task_id:
                 found = d.worker_id
         return format_ref(found) if found else None
@@ -244,7 +268,17 @@ class JobRuntime:
         self, info: ThreadInfo, *, model_spec: str | None = None, message: str | None = None
     ) -> RunOutcome:
         """Run (or continue) any thread of this job with the tools, model and limits its kind
-        and stored task call for."""
+        and stored task call for; a thread that hands off is followed by its successor, to
+        the end of the chain (the outcome is the last one's)."""
+        outcome = await self._run_one(info, model_spec=model_spec, message=message)
+        while outcome.continued_by is not None:
+            successor = await self.store.get_thread(outcome.continued_by)
+            outcome = await self._run_one(successor, model_spec=model_spec)
+        return outcome
+
+    async def _run_one(
+        self, info: ThreadInfo, *, model_spec: str | None = None, message: str | None = None
+    ) -> RunOutcome:
         self.ran.add(info.id)
         info = await threads.ready_imported(self.store, info, self.job)
         # an imported thread runs as a worker (threadloom's tools, in the sandbox), whatever the
@@ -260,14 +294,20 @@ class JobRuntime:
             if tree is not None:
                 after_tools = await iso.checkpointer(info, tree)
         task = info.task or {}
+        hand_off: HandOff | None = None
         if info.kind == Kind.LEAD and not as_worker:
             tools: Sequence[Tool[Any]] = lead_tools(self)
-            cfg = self.config
+            self._lead_now = info.id
+            cfg = _ceiling(self.config, self.job.lead_ceiling)
+            hand_off = self._lead_hand_off(info)
         elif info.kind == Kind.READER:
             tools = reader_tools(self, target=str(task.get("reader_of", "")))
             cfg = LoopConfig(max_turns=20, timeout_s=self.config.timeout_s)
         else:
-            tools = build_tools([t for t in info.tools if t != SUBMIT_RESULT])
+            own = [t for t in info.tools if t not in (SUBMIT_RESULT, threads.READ_OWN)]
+            tools = build_tools(own)
+            if threads.READ_OWN in info.tools:  # a successor: it may read its predecessors
+                tools.append(ReadThreadTool(self, only=await self._predecessors(info)))
             cfg = LoopConfig(
                 max_turns=int(task.get("max_turns", self.job.worker.max_turns)),
                 timeout_s=float(task.get("timeout_s", self.job.worker.timeout_s)),
@@ -275,6 +315,11 @@ class JobRuntime:
                 bash_timeout_s=self.config.bash_timeout_s,
                 lease_ttl_s=self.config.lease_ttl_s,  # a Temporal host's: its heartbeat's
             )
+            ceiling = self.job.worker_ceiling(model.spec)
+            if ceiling is not None:
+                cfg = _ceiling(cfg, ceiling)
+            if info.kind == Kind.WORKER and not threads.imported(info):
+                hand_off = self._worker_hand_off(info)
         workspace = run_workspace(info, self.job)
         hook = self._check_hook(info, workspace, iso, tree) if info.kind == Kind.WORKER else None
         outcome = await run_thread(
@@ -293,8 +338,9 @@ class JobRuntime:
             after_tools=after_tools,
             thread=info,
             check_result=hook,
+            hand_off=hand_off,
         )
-        if iso is not None and tree is not None:
+        if iso is not None and tree is not None and outcome.continued_by is None:
             result = await iso.finish(info, tree, outcome.result)
             outcome = dataclasses.replace(outcome, result=result)
         return outcome
@@ -307,12 +353,20 @@ class JobRuntime:
 
         async def hook(result: Result, history: Sequence[Message]) -> Check:
             diff = None
+            before = await self._predecessors(info)
+            if before:  # a successor's claims may rest on what its predecessors did
+                earlier: list[Message] = []
+                for tid in reversed(before):
+                    earlier += await self.store.messages(tid)
+                history = [*earlier, *history]
             if iso is not None and tree is not None:
                 try:
                     diff = await iso.changes(tree)
                 except WorktreeError as exc:  # the transcript's own record stands in
                     log.warning("check.diff_failed", thread=info.ref, error=str(exc))
             ancestry = await self.store.ancestry(info.id)
+            for tid in before:
+                ancestry += await self.store.ancestry(tid)
             return check_result(
                 result,
                 thread_id=info.id,
@@ -323,6 +377,64 @@ class JobRuntime:
             )
 
         return hook
+
+    async def _predecessors(self, info: ThreadInfo) -> list[str]:
+        """The threads ``info`` continues, newest first (its handoff chain)."""
+        found: list[str] = []
+        at = info.continues
+        while at is not None:
+            found.append(at)
+            at = (await self.store.get_thread(at)).continues
+        return found
+
+    def _lead_hand_off(self, info: ThreadInfo) -> HandOff:
+        """How the lead ``info`` hands off: its successor starts from the job's ledger."""
+
+        async def hand_off(lease: Lease, reason: str) -> ThreadInfo:
+            from ..errors import LedgerTooLarge  # type: ignore[attr-defined]  # TEMP until merge
+            from .ledger import job_ledger  # type: ignore[import-not-found]  # TEMP until merge
+
+            ceiling = self.job.lead_ceiling
+            try:
+                ledger = await job_ledger(
+                    self.store, self.job, self.lead_id, budget=ceiling // 2, previous=info
+                )
+            except LedgerTooLarge as exc:
+                raise HandOffRefused(str(exc)) from None
+            new = new_id()
+            log.info(
+                "lead.handoff",
+                thread=info.ref,
+                successor=format_ref(new),
+                ledger_tokens=ledger.tokens,
+                tasks=ledger.tasks,
+                collapsed=ledger.collapsed,
+            )
+            return await self.store.hand_off(
+                lease,
+                result=Result(status="done", summary=f"Handed off to {format_ref(new)}: {reason}."),
+                successor={"id": new},
+                messages=[NewMessage.user(ledger.text)],
+            )
+
+        return hand_off
+
+    def _worker_hand_off(self, info: ThreadInfo) -> HandOff:
+        """How the worker ``info`` hands off: a successor worker of the same task."""
+
+        async def hand_off(lease: Lease, reason: str) -> ThreadInfo:
+            history = await self.store.messages(info.id)
+            ceiling = self.job.worker_ceiling(info.model or "")
+            shown = threads.LAST_TURN_CHARS
+            if ceiling is not None:  # the last turn shown takes at most an eighth of it
+                shown = min(shown, ceiling * BYTES_PER_TOKEN // 8)
+            values, first = threads.worker_successor(
+                self.job, info, history, new_id(), reason, shown_chars=shown
+            )
+            log.info("worker.handoff", thread=info.ref, successor=format_ref(values["id"]))
+            return await self.store.hand_off(lease, result=None, successor=values, messages=[first])
+
+        return hand_off
 
     async def run_worker(
         self,
@@ -366,7 +478,11 @@ class JobRuntime:
                 )
                 await self.store.dispatches.set_status(info.id, str(outcome.status))
             # (a run that ended marked its dispatch row in its last write: ``Store.finish``)
-            self.ended[info.id] = outcome
+            if outcome.thread_id != info.id and info.id in self.spawned:
+                # it handed off: the task's worker is its successor now (one task, one result)
+                self.spawned[self.spawned.index(info.id)] = outcome.thread_id
+                self.tasks[outcome.thread_id] = self.tasks.pop(info.id, None)
+            self.ended[outcome.thread_id] = outcome
             return outcome
 
     async def stored_outcome(
@@ -399,7 +515,8 @@ class JobRuntime:
         out = await threads.spawn_workers(
             self.store,
             self.job,
-            lead_id=self.lead_id,
+            job_id=self.lead_id,
+            lead_id=self.current_lead,
             isolation=await self.isolation(),
             tool_use_id=tool_use_id,
             tasks=tasks,
@@ -421,9 +538,17 @@ class JobRuntime:
         return await threads.create_reader(
             self.store,
             self.job,
-            lead_id=self.lead_id,
+            lead_id=self.current_lead,
             target=target,
             question=question,
             model=model,
             focus=focus,
         )
+
+
+def _ceiling(config: LoopConfig, tokens: int) -> LoopConfig:
+    """``config`` for a thread whose requests may hold ``tokens``: it hands off before one would
+    hold more, and no single tool output it is shown fills more than a quarter of that (else one
+    page read could fill each successor in turn)."""
+    cap = min(config.output_cap, max(1_000, tokens * BYTES_PER_TOKEN // 4))
+    return dataclasses.replace(config, context_tokens=tokens, output_cap=cap)

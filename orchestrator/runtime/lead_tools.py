@@ -96,6 +96,9 @@ class Runtime(Protocol):
     @property
     def lead_id(self) -> str: ...
 
+    @property
+    def current_lead(self) -> str: ...
+
     async def spawn_workers(
         self, *, tool_use_id: str, tasks: Sequence[dict[str, Any]]
     ) -> list[tuple[ThreadInfo, bool]]: ...
@@ -233,17 +236,20 @@ class ReadThreadTool(Tool[ReadThreadInput]):
     Input = ReadThreadInput
     replay_safe: ClassVar[bool] = True
 
-    def __init__(self, rt: Runtime, *, only: str | None = None) -> None:
+    def __init__(self, rt: Runtime, *, only: str | Sequence[str] | None = None) -> None:
+        """``only``: the thread (or threads) this tool may read — a reader's target, a
+        successor worker's predecessors — else any."""
         self.rt = rt
-        self.only = only
+        self.only = (only,) if isinstance(only, str) else None if only is None else tuple(only)
 
     async def run(self, args: ReadThreadInput, ctx: ToolContext) -> ToolOutput:
         try:
             if self.only is not None:
                 # a page ref may carry an offset into one huge message (T-…#3-@99700)
                 resolved = await self.rt.store.resolve(split_offset(args.ref)[0])
-                if resolved.thread.id != self.only:
-                    raise ToolFailure(f"this reader may only read {format_ref(self.only)}")
+                if resolved.thread.id not in self.only:
+                    allowed = ", ".join(format_ref(t) for t in self.only)
+                    raise ToolFailure(f"this thread may only read {allowed}")
             page = await read_page(
                 self.rt.store,
                 args.ref,
@@ -416,7 +422,7 @@ class ForkThreadTool(JobTool[ForkInput]):
         at = args.at if args.at is not None else (ref.end if ref.has_anchor else None)
         try:
             fork = await self.rt.store.fork(
-                src.id, at=at, parent_id=self.rt.lead_id, status=Status.QUEUED
+                src.id, at=at, parent_id=self.rt.current_lead, status=Status.QUEUED
             )
             outcome = await self.rt.run_worker(fork, message=args.message)
         except StoreError as err:

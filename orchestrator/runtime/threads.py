@@ -5,16 +5,20 @@ tools and model it gets. Running them is ``job.JobRuntime``'s part.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from store import (
     Kind,
+    Message,
     NewMessage,
     Status,
     Store,
     TextBlock,
     ThreadInfo,
+    ToolResultBlock,
     ToolUseBlock,
     format_ref,
     new_id,
@@ -23,6 +27,7 @@ from workers import (
     DEFAULT_WORKER_TOOLS,
     ORCHESTRATOR_TOOL_ID_PREFIX,
     SUBMIT_RESULT,
+    HandOffRefused,
     worker_system_prompt,
 )
 from workers.providers import parse_model_spec
@@ -69,10 +74,25 @@ def lead_message(job: JobSpec) -> str:
     return "\n".join(lines)
 
 
+def worker_prompt(
+    job: JobSpec, *, thread_ref: str, workspace: Path, tools: Sequence[str], spec: str
+) -> str:
+    """A worker's system prompt (it names the worker's own ref, so a successor gets its own)."""
+    return worker_system_prompt(
+        thread_ref=thread_ref,
+        workspace=workspace,
+        tools=tools,
+        notes_from=job.workspace_path,
+        model=spec,
+        tool_calls=job.worker_tool_calls,
+    )
+
+
 async def spawn_workers(
     store: Store,
     job: JobSpec,
     *,
+    job_id: str,
     lead_id: str,
     isolation: Isolation | None,
     tool_use_id: str,
@@ -88,8 +108,8 @@ async def spawn_workers(
     rows."""
     earlier = {
         d.task_key
-        for d in await store.dispatches.of_lead(lead_id)
-        if d.tool_use_id != tool_use_id and d.task_key
+        for d in await store.dispatches.of_job(job_id)
+        if (d.lead_id, d.tool_use_id) != (lead_id, tool_use_id) and d.task_key
     }
     given = [str(raw["id"]) for raw in tasks if raw.get("id")]
     reused = next((i for i in given if i in earlier), None)
@@ -136,13 +156,8 @@ async def spawn_workers(
                     "max_turns": job.worker.max_turns,
                     "timeout_s": job.worker.timeout_s,
                 },
-                system_prompt=worker_system_prompt(
-                    thread_ref=ref,
-                    workspace=workspace,
-                    tools=tools,
-                    notes_from=job.workspace_path,
-                    model=spec,
-                    tool_calls=job.worker_tool_calls,
+                system_prompt=worker_prompt(
+                    job, thread_ref=ref, workspace=workspace, tools=tools, spec=spec
                 ),
                 tools=[*tools, SUBMIT_RESULT],
                 model=spec,
@@ -241,6 +256,88 @@ def first_dispatch(tasks: Sequence[TaskSpec]) -> NewMessage:
             ),
         ],
     )
+
+
+READ_OWN = "read_thread"
+"""The tool a worker's successor gets beside its own: to read its predecessors (only them)."""
+LAST_TURN_CHARS = 4_000
+"""How much of a predecessor's last turn (and what came back) a successor worker is shown."""
+
+
+def worker_successor(
+    job: JobSpec,
+    info: ThreadInfo,
+    history: Sequence[Message],
+    new_id_: str,
+    reason: str,
+    *,
+    shown_chars: int = LAST_TURN_CHARS,
+) -> tuple[dict[str, Any], NewMessage]:
+    """The successor of a worker whose context is full (SPEC "Jobs larger than one context"):
+    its values for ``Store.hand_off`` (its own system prompt, its predecessor's tools and
+    ``read_thread``) and its first message — its task as first given, the refs of its
+    predecessor's turns, and that thread's last turn with what came back (each at most
+    ``shown_chars``)."""
+    task = info.task or {}
+    own = [m for m in history if m.thread_id == info.id]
+    # the task's turns are counted across its chain: a worker that keeps filling its context
+    # hands off a bounded number of times
+    left = int(task.get("max_turns", job.worker.max_turns)) - sum(
+        m.role == "assistant" for m in own
+    )
+    if left < 1:
+        raise HandOffRefused(f"the task's max_turns are spent across {info.ref}'s chain")
+    tools = [t for t in info.tools if t not in (SUBMIT_RESULT, READ_OWN)]
+    ref, new_ref = info.ref, format_ref(new_id_)
+    workspace = Path(str(task.get("workspace") or job.workspace_path))
+    values = {
+        "id": new_id_,
+        "system_prompt": worker_prompt(
+            job, thread_ref=new_ref, workspace=workspace, tools=tools, spec=info.model or ""
+        ),
+        "tools": [*tools, READ_OWN, SUBMIT_RESULT],
+        "task": {**task, "max_turns": left},
+    }
+    first, last = (own[0].seq, own[-1].seq) if own else (1, info.head_seq)
+    lines = [
+        task_message(
+            str(task.get("id") or "task"),
+            str(task.get("title") or info.title),
+            str(task.get("prompt") or ""),
+        ),
+        "",
+        "---",
+        f"You continue the work of {ref} on this task: {reason}, so it handed off to you."
+        " Nothing was summarized: its whole transcript stays readable with read_thread"
+        f" ({ref}#{first}-{last}"
+        + (f"; it continued {format_ref(info.continues)}" if info.continues else "")
+        + "). The workspace holds every change it made.",
+    ]
+    turn = next((m for m in reversed(history) if m.role == "assistant"), None)
+    if turn is not None:
+        head = f"Its last turn ({format_ref(turn.thread_id, turn.seq)}):"
+        lines += ["", head, _shown(turn, shown_chars)]
+        after = [m for m in history if m.seq > turn.seq and m.role == "user"]
+        if after:
+            m = after[0]
+            head = f"What came back ({format_ref(m.thread_id, m.seq)}):"
+            lines += ["", head, _shown(m, shown_chars)]
+    lines += ["", "Carry on from there, and end with submit_result as before."]
+    return values, NewMessage.user("\n".join(lines))
+
+
+def _shown(msg: Message, limit: int) -> str:
+    """One message as a successor reads it: text, calls and results, bounded."""
+    parts: list[str] = []
+    for b in msg.content:
+        if isinstance(b, TextBlock):
+            parts.append(b.text)
+        elif isinstance(b, ToolUseBlock):
+            parts.append(f"{b.name}({json.dumps(b.input, ensure_ascii=False)})")
+        elif isinstance(b, ToolResultBlock):
+            parts.append(("error: " if b.is_error else "") + b.text)
+    text = "\n".join(parts)
+    return text if len(text) <= limit else text[:limit] + " […]"
 
 
 def imported(info: ThreadInfo) -> bool:

@@ -1,0 +1,102 @@
+"""Handoffs through the ``threadloom`` command (SPEC "Jobs larger than one context"): a thread
+whose next request would exceed its ceiling ends ``done`` and a successor of the same kind
+carries on; the job sees one task with one result; no request ever exceeds the ceiling."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from typing import Any
+
+from store import Kind, Store, ThreadInfo
+from tests.e2e.conftest import Env, answered_turns, bash, submit
+
+WORKER_CEILING = 6000
+
+
+def db_read(env: Env, fn: Any) -> Any:
+    async def go() -> Any:
+        store = await Store.open(str(env.db))
+        try:
+            return await fn(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(go())
+
+
+async def _job_state(store: Store, job_ref: str) -> dict[str, Any]:
+    job = (await store.resolve(job_ref)).thread
+    threads = await store.list_threads(job_id=job.id, oldest_first=True)
+    return {
+        "threads": threads,
+        "messages": {t.id: await store.messages(t.id) for t in threads},
+        "dispatches": await store.dispatches.of_job(job.id),
+    }
+
+
+def largest_requests(env: Env) -> dict[str, int]:
+    """Each thread's largest request as its model counted it (its usage rows' whole input)."""
+    with sqlite3.connect(env.db) as conn:
+        rows = conn.execute(
+            "SELECT thread_id, max(input_tokens + cache_read_input_tokens"
+            " + cache_creation_input_tokens) FROM usage GROUP BY thread_id"
+        ).fetchall()
+    return {str(t): int(n) for t, n in rows}
+
+
+def worker_job(env: Env) -> Any:
+    noisy = "seq 1 4000"  # ~19 KB of output a call: each seen capped, each still fills the context
+    return env.job(
+        "w",
+        [
+            {"match": "Job: w", "turns": [{"text": "Report: {{ref:big}}"}]},
+            {
+                "match": "You continue the work of",
+                "turns": [bash("wc -l < n.txt"), submit("counted 4000 lines after the handoff")],
+            },
+            {
+                "match": "(?m)^Task big:",
+                "turns": [bash(f"{noisy} > n.txt; {noisy}")]
+                + [bash(noisy)] * 12
+                + [submit("never reached: the context fills first")],
+            },
+        ],
+        [{"id": "big", "title": "Fill the context", "prompt": "run the noisy command"}],
+        worker=f"context_tokens = {WORKER_CEILING}",
+    )
+
+
+def test_a_worker_whose_context_fills_hands_off_to_a_successor_of_the_same_task(
+    env: Env,
+) -> None:
+    res = env.run("--json", "run", str(worker_job(env)))
+    assert res.code == 0, res.stderr
+    doc = res.json
+    state = db_read(env, lambda s: _job_state(s, doc["job"]))
+    workers: list[ThreadInfo] = [t for t in state["threads"] if t.kind == Kind.WORKER]
+    assert len(workers) >= 2
+    chain = [workers[0]]
+    while chain[-1].continued_by is not None:
+        chain.append(next(w for w in workers if w.id == chain[-1].continued_by))
+    assert len(chain) == len(workers)  # every worker is one link of the task's one chain
+    first, last = chain[0], chain[-1]
+    assert all(w.status == "done" for w in chain)
+    assert all(w.task and w.task["id"] == "big" for w in chain)
+    for before, after in zip(chain, chain[1:], strict=False):
+        assert after.continues == before.id and after.parent_id == before.parent_id
+        opening = state["messages"][after.id][0].text
+        assert opening.startswith("Task big: Fill the context")
+        assert f"You continue the work of {before.ref}" in opening
+        assert "read_thread" in after.tools
+    # the job sees one task with one result: the newest worker's
+    assert [(w["task"], w["ref"]) for w in doc["workers"]] == [("big", last.ref)]
+    assert doc["workers"][0]["summary"] == "counted 4000 lines after the handoff"
+    assert doc["report"] == f"Report: {last.ref}"
+    [row] = state["dispatches"]
+    assert row.worker_id == last.id
+    assert first.result is None and last.result is not None
+    for w in chain:
+        answered_turns(state["messages"][w.id], where=w.ref)
+    largest = largest_requests(env)
+    assert all(largest[w.id] <= WORKER_CEILING for w in chain), largest
