@@ -37,7 +37,7 @@ from store import (
 
 from . import views
 from .errors import CliError
-from .outcomes import AskOutcome, JobOutcome, WorkerSummary
+from .outcomes import AskOutcome, JobOutcome
 from .runtime.pages import DEFAULT_MAX_CHARS
 
 if TYPE_CHECKING:
@@ -151,7 +151,9 @@ class Orchestrator:
             outcome = await rt.run(lead)
         finally:
             await rt.aclose()
-        return await self._outcome(rt, outcome)
+        from .runtime.outcome import job_outcome
+
+        return await job_outcome(rt, outcome)
 
     async def build_models(
         self, wanted: Iterable[tuple[str, dict[str, Any]]]
@@ -546,7 +548,9 @@ class Orchestrator:
         job = await self._job_for(info)
         # what this run uses is counted from here: a resumed or forked thread's earlier turns,
         # and the rest of its job, were another run's
-        before = await self._usage_by_thread(info.job_id)
+        from .runtime.outcome import job_outcome, usage_by_thread
+
+        before = await usage_by_thread(self.store, info.job_id)
         rt = self.runtime(job, info.job_id)
         if info.id == info.job_id:
             rt.lead = info
@@ -557,84 +561,7 @@ class Orchestrator:
                 outcome = await rt.run_worker(info, message=message, refuse_held=True)
         finally:
             await rt.aclose()
-        return await self._outcome(rt, outcome, before=before)
-
-    async def _usage_by_thread(self, job_id: str) -> dict[str, Usage]:
-        return {t.thread_id: t.usage for t in await self.store.usage.totals(job_id=job_id)}
-
-    async def _outcome(
-        self, rt: JobRuntime, outcome: RunOutcome, *, before: dict[str, Usage] | None = None
-    ) -> JobOutcome:
-        """The run's SPEC shape. Its usage: the whole job's for a new job; with ``before`` (the
-        job's usage per thread when the run started), what the threads this run ran used since
-        — a fork's line counts the fork's run, not the job it belongs to."""
-        workers = []
-        for wid in rt.spawned:
-            ended = rt.ended.get(wid)  # how this run ended it, as stored; else read it
-            if ended is not None:
-                status, result, error = ended.status, ended.result, ended.error
-                task = rt.tasks.get(wid)
-            else:
-                w = await self.store.get_thread(wid)
-                status, result, error, task = w.status, w.result, w.error, (w.task or {}).get("id")
-            workers.append(
-                WorkerSummary(
-                    ref=format_ref(wid),
-                    task=task,
-                    status=str(status),
-                    summary=result.summary if result else (error or ""),
-                    check=result.check if result else None,
-                )
-            )
-        report = outcome.final_text
-        if not report and outcome.result is not None and outcome.status == Status.DONE:
-            # a worker's distilled summary; not the result a failed run was given from its
-            # error, which the run reports once, as its error
-            report = outcome.result.summary
-        if report:
-            from .runtime.report_check import check_report
-
-            # its citations checked: unresolvable ones and runs cited for the opposite claim
-            report = await check_report(self.store, report)
-        status, error, exception = outcome.status, outcome.error, outcome.exception
-        failed = [w for w in workers if w.status == Status.FAILED]
-        if status == Status.DONE and workers and len(failed) == len(workers):
-            # the lead wrote its report, but nothing it dispatched succeeded: not a done job
-            status = Status.FAILED
-            error = f"every worker failed ({len(failed)} of {len(workers)}): {failed[0].summary}"
-            # and when each of them lost the model provider, the job did too (SPEC exit 4)
-            from workers import ModelError
-
-            causes = [rt.ended[w].exception if w in rt.ended else None for w in rt.spawned]
-            if all(isinstance(c, ModelError) for c in causes):
-                exception = causes[0]
-        return JobOutcome(
-            job=format_ref(rt.lead_id),
-            lead=format_ref(rt.lead_id),
-            ref=outcome.ref,
-            status=status,
-            report=report,
-            workers=workers,
-            usage=await self._run_usage(rt, before),
-            error=error,
-            exception=exception,
-        )
-
-    async def _run_usage(self, rt: JobRuntime, before: dict[str, Usage] | None) -> Usage:
-        if before is None:
-            return await self.store.usage.of_job(rt.lead_id)
-        after = await self._usage_by_thread(rt.lead_id)
-        used = Usage()
-        for tid in rt.ran:
-            now, then = after.get(tid, Usage()), before.get(tid, Usage())
-            used = used + Usage(
-                input_tokens=now.input_tokens - then.input_tokens,
-                output_tokens=now.output_tokens - then.output_tokens,
-                cache_read_input_tokens=now.cache_read_input_tokens - then.cache_read_input_tokens,
-                cache_creation_input_tokens=now.cache_creation_input_tokens
-                - then.cache_creation_input_tokens,
-            )
-        return used
+        return await job_outcome(rt, outcome, before=before)
 
 
 def _canonical(model: str) -> str:
