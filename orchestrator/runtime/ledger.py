@@ -190,10 +190,15 @@ def _fit(state: _State, budget: int, prefix_tokens: int) -> Ledger:
 
 
 def _one_line(text: str, limit: int) -> str:
-    """``text`` on one line (whitespace collapsed), cut to ``limit`` characters with "…"."""
-    flat = " ".join(text[: 2 * limit].split())  # a long text's head only, unless mostly blank
-    if len(flat) < limit and len(text) > 2 * limit:
-        flat = " ".join(text.split())
+    """``text`` on one line (whitespace collapsed), cut to ``limit`` characters with "…".
+    Only as much of a long text's head is flattened as it takes (a head's flattening is a
+    prefix of the whole's): a thousand summaries cost little."""
+    size = limit + 1
+    while True:
+        flat = " ".join(text[:size].split())
+        if len(flat) > limit or size >= len(text):
+            break
+        size *= 2
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
@@ -296,8 +301,10 @@ async def job_ledger(
     ``LedgerTooLarge`` when even every entry in one line does not fit; its ``minimum`` counts
     ``prefix_tokens`` (the successor's system prompt and tools) as ``minimum_lead_context``
     does."""
-    threads = await store.list_threads(job_id=job_id, oldest_first=True)
+    # the rows first: a row and its worker are written together, so every row's worker is
+    # among the threads read after it
     rows = await store.dispatches.of_job(job_id)
+    threads = await store.list_threads(job_id=job_id, oldest_first=True)
     by_id = {t.id: t for t in threads}
     tasks = []
     for row in rows:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from orchestrator.errors import EXIT_USAGE, LedgerTooLarge, exit_code_for
 from orchestrator.jobs import JobSpec, parse_job
@@ -21,6 +23,7 @@ from orchestrator.runtime.ledger import (
     MAX_QUESTIONS,
     SUMMARY_CHARS,
     Ledger,
+    _one_line,
     job_ledger,
     minimum_lead_context,
 )
@@ -352,3 +355,11 @@ async def test_the_minimum_of_a_job_file_holds_its_ledger(
         await job_ledger(store, spec, job.job_id, budget=0, previous=job.lead, prefix_tokens=prefix)
     # the minimum for the file is never below what its running job needs, and near it
     assert 0.9 * minimum < caught.value.minimum <= minimum
+
+
+@given(st.text(alphabet="ab \n\t\u2028", max_size=200), st.integers(1, 60))
+def test_a_long_text_is_flattened_from_its_head_only_as_the_whole_would_be(
+    text: str, limit: int
+) -> None:
+    flat = " ".join(text.split())
+    assert _one_line(text, limit) == (flat if len(flat) <= limit else flat[: limit - 1] + "…")
