@@ -114,9 +114,10 @@ class LedgerTooLarge(OrchestratorError, ValueError):
 
     def __init__(self, needed: int, *, budget: int, tasks: int, minimum: int) -> None:
         super().__init__(
-            f"the job's ledger needs {needed:,} tokens even with each of its {tasks:,} tasks in"
-            f" one line, over its budget of {budget:,} (half of lead_context_tokens):"
-            f" lead_context_tokens must be at least {minimum:,}"
+            f"lead_context_tokens must be at least {minimum:,} for this job: its ledger needs"
+            f" {needed:,} tokens with each of its {tasks:,} tasks in one line, and must fit in"
+            f" half of lead_context_tokens (here {budget:,}) beside the lead's system prompt"
+            " and tools"
         )
         self.needed, self.budget, self.tasks, self.minimum = needed, budget, tasks, minimum
 

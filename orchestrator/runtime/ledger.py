@@ -342,10 +342,25 @@ def _placeholder(job: JobSpec) -> _State:
     )
 
 
+def _minimal_placeholder_tokens(job: JobSpec) -> int:
+    state = _placeholder(job)
+    return estimate_tokens(_render(state, len(state.entries), minimal=True))
+
+
 def minimum_lead_context(job: JobSpec, *, prefix_tokens: int) -> int:
     """The smallest ``lead_context_tokens`` the job can run with, known before anything is
     stored: the successor's prefix (``prefix_tokens``: system prompt and tools) and twice the
     minimal ledger of the job file's tasks (the ledger must fit in half the budget, and the
     successor's first request holds the prefix and the ledger)."""
-    state = _placeholder(job)
-    return prefix_tokens + 2 * estimate_tokens(_render(state, len(state.entries), minimal=True))
+    return prefix_tokens + 2 * _minimal_placeholder_tokens(job)
+
+
+def check_lead_context(job: JobSpec, *, prefix_tokens: int) -> int:
+    """``minimum_lead_context``, or ``LedgerTooLarge`` (exit 2) when the job's
+    ``lead_ceiling`` is below it: the refusal before anything is stored."""
+    needed = _minimal_placeholder_tokens(job)
+    minimum = prefix_tokens + 2 * needed
+    if job.lead_ceiling < minimum:
+        budget = job.lead_ceiling // 2
+        raise LedgerTooLarge(needed, budget=budget, tasks=len(job.tasks), minimum=minimum)
+    return minimum

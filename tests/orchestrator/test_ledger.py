@@ -24,6 +24,7 @@ from orchestrator.runtime.ledger import (
     SUMMARY_CHARS,
     Ledger,
     _one_line,
+    check_lead_context,
     job_ledger,
     minimum_lead_context,
 )
@@ -286,7 +287,7 @@ async def test_every_entry_collapsed_when_the_budget_is_tight(db: tuple[Store, P
         await _ledger(store, job, budget=10)
     err = caught.value
     assert exit_code_for(err) == EXIT_USAGE
-    assert f"lead_context_tokens must be at least {err.minimum:,}" in str(err)
+    assert str(err).startswith(f"lead_context_tokens must be at least {err.minimum:,} ")
     assert err.minimum == 2 * err.needed
     fits = await _ledger(store, job, err.minimum // 2)
     assert fits.tokens == err.needed and fits.collapsed == fits.tasks == 41
@@ -355,6 +356,23 @@ async def test_the_minimum_of_a_job_file_holds_its_ledger(
         await job_ledger(store, spec, job.job_id, budget=0, previous=job.lead, prefix_tokens=prefix)
     # the minimum for the file is never below what its running job needs, and near it
     assert 0.9 * minimum < caught.value.minimum <= minimum
+
+
+def test_a_lead_context_below_the_minimum_is_refused(tmp_path: Path) -> None:
+    tasks = "\n".join(
+        f'[[task]]\nid = "{_key(i)}"\ntitle = "Migrate module {i}"\nprompt = "Migrate it."\n'
+        for i in range(200)
+    )
+    spec = parse_job(JOB_FILE.format(tasks=tasks), name="job.toml", base_dir=tmp_path)
+    minimum = minimum_lead_context(spec, prefix_tokens=3_000)
+    at = spec.model_copy(update={"lead_context_tokens": minimum})
+    assert check_lead_context(at, prefix_tokens=3_000) == minimum
+    below = spec.model_copy(update={"lead_context_tokens": minimum - 1})
+    with pytest.raises(LedgerTooLarge) as caught:
+        check_lead_context(below, prefix_tokens=3_000)
+    assert caught.value.minimum == minimum and exit_code_for(caught.value) == EXIT_USAGE
+    assert f"at least {minimum:,} for this job" in str(caught.value)
+    assert "each of its 200 tasks in one line" in str(caught.value)
 
 
 @given(st.text(alphabet="ab \n\t\u2028", max_size=200), st.integers(1, 60))
