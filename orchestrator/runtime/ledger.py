@@ -216,7 +216,7 @@ def _entry(key: str, info: ThreadInfo | None, status: str, ref: str) -> _Entry:
         details.append(f"  {result.status}: {_one_line(result.summary, SUMMARY_CHARS)}")
         if result.branch:
             details.append(f"  branch: {result.branch}")
-    elif info.status.terminal:
+    elif info.status.terminal and info.status not in STILL_RUNNING:
         details.append("  no result was stored")
     if info.error:
         details.append(f"  error: {_one_line(info.error, ERROR_CHARS)}")

@@ -202,8 +202,9 @@ async def test_the_ledger_says_the_jobs_state(db: tuple[Store, Path]) -> None:
     for i, key in enumerate(job.keys):
         w = job.workers[key]
         [head] = [line for line in lines if line.startswith(f"- [{key}] ") and w.ref in line]
-        if key in job.running:
+        if key in job.running:  # queued, running and interrupted alike, no result yet
             assert head == f"- [{key}] running {w.ref} Fix {key} in module {key}"
+            assert lines[lines.index(head) + 1].startswith(("- [", "Other worker threads"))
         else:
             mark = MARKS[VERDICTS[i % 3]]
             assert head == f"- [{key}] done {mark} {w.ref} Fix {key} in module {key}"
