@@ -9,6 +9,7 @@ The orchestrator's own error tree; each class carries its exit code (``exit_code
     ├── ReadError (ValueError)     exit 2: a page that cannot be read as asked (``runtime.pages``)
     ├── DispatchError (ValueError) exit 2: tasks a dispatch refuses (an id the job used already)
     ├── ModelRefused (ValueError)  exit 2: a model a caller may not have built (``model_policy``)
+    ├── LedgerTooLarge (ValueError) exit 2: a lead_context_tokens too small for the job's ledger
     └── WorktreeError              exit 1: git itself failed (``isolation``)
         └── RepoStateError         exit 2: the repository cannot be isolated as asked
 
@@ -102,6 +103,23 @@ class ModelRefused(OrchestratorError, ValueError):
     endpoint the server was not configured for, or a scripted model a client chose."""
 
     exit_code = EXIT_USAGE
+
+
+class LedgerTooLarge(OrchestratorError, ValueError):
+    """The job's ledger does not fit its budget (half of ``lead_context_tokens``) even with
+    every task in one line (``runtime.ledger``): ``needed`` tokens, and ``minimum``, the
+    smallest ``lead_context_tokens`` that works."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, needed: int, *, budget: int, tasks: int, minimum: int) -> None:
+        super().__init__(
+            f"lead_context_tokens must be at least {minimum:,} for this job: its ledger needs"
+            f" {needed:,} tokens with each of its {tasks:,} tasks in one line, and must fit in"
+            f" half of lead_context_tokens (here {budget:,}) beside the lead's system prompt"
+            " and tools"
+        )
+        self.needed, self.budget, self.tasks, self.minimum = needed, budget, tasks, minimum
 
 
 class WorktreeError(OrchestratorError):
