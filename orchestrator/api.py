@@ -126,6 +126,9 @@ class Orchestrator:
         from .runtime.executors import check_executor
 
         check_executor(spec, self.store)  # exit 2 before anything is stored
+        from .runtime import check_lead_context
+
+        check_lead_context(spec)  # a lead_context_tokens no ledger fits: exit 2, nothing stored
         # Everything that can be checked before anything is stored: every model the job names
         # is built now, so a bad one is exit 2 with nothing stored, never a lead left queued.
         lead_options, worker_options = (spec.model_options(worker=w) for w in (False, True))

@@ -559,12 +559,16 @@ async def _hand_off(run: _Run, reason: str) -> RunOutcome:
             " the context: raise its ceiling)",
         )
     assert run.hand_off is not None and run.lease is not None
+    began = time.perf_counter()
     try:
         successor = await finish_uncancelled(run.hand_off(run.lease, reason))
     except HandOffRefused as exc:
         return await _finish(run, Status.FAILED, error=f"{ref}: {reason}; {exc}", exception=exc)
     run.emit("handoff", status=Status.DONE, detail=successor.ref)
-    log.info("thread.handed_off", successor=successor.ref, reason=reason, turns=run.turns)
+    took_ms = round((time.perf_counter() - began) * 1e3, 2)  # the successor's ledger and row
+    log.info(
+        "thread.handed_off", successor=successor.ref, reason=reason, turns=run.turns, ms=took_ms
+    )
     return RunOutcome(
         thread_id=run.thread_id,
         status=Status.DONE,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .job import JobRuntime, ModelFactory, ModelKey, model_key, run_workspace
+    from .ledger import check_lead_context
     from .pages import DEFAULT_MAX_CHARS, Mode, Page, read_page
     from .threads import create_lead, job_of
 
@@ -24,6 +25,7 @@ _WHERE = {
     "ModelFactory": ".job",
     "ModelKey": ".job",
     "Page": ".pages",
+    "check_lead_context": ".ledger",
     "create_lead": ".threads",
     "job_of": ".threads",
     "model_key": ".job",
@@ -38,6 +40,7 @@ __all__ = [
     "ModelFactory",
     "ModelKey",
     "Page",
+    "check_lead_context",
     "create_lead",
     "job_of",
     "model_key",

@@ -57,14 +57,15 @@ from workers.tools import (
     require_sandbox,
 )
 
-from ..errors import WorktreeError
+from ..errors import LedgerTooLarge, WorktreeError
 from ..isolation import Isolation, WorkerTree
 from ..isolation.worktrees import DB_FILES
 from ..jobs import JobSpec
 from . import threads
 from .check import check_result
 from .executors import Executor, executor_for
-from .lead_tools import ReadThreadTool, lead_tools, reader_tools
+from .lead_tools import ReadThreadTool, lead_prefix_tokens, lead_tools, reader_tools
+from .ledger import job_ledger
 
 log = structlog.get_logger("threadloom.runtime")
 
@@ -391,13 +392,15 @@ class JobRuntime:
         """How the lead ``info`` hands off: its successor starts from the job's ledger."""
 
         async def hand_off(lease: Lease, reason: str) -> ThreadInfo:
-            from ..errors import LedgerTooLarge  # type: ignore[attr-defined]  # TEMP until merge
-            from .ledger import job_ledger  # type: ignore[import-not-found]  # TEMP until merge
-
             ceiling = self.job.lead_ceiling
             try:
                 ledger = await job_ledger(
-                    self.store, self.job, self.lead_id, budget=ceiling // 2, previous=info
+                    self.store,
+                    self.job,
+                    self.lead_id,
+                    budget=ceiling // 2,
+                    previous=info,
+                    prefix_tokens=lead_prefix_tokens(info.tools),
                 )
             except LedgerTooLarge as exc:
                 raise HandOffRefused(str(exc)) from None

@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Literal, Protocol, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, Protocol, TypeVar, cast
 
 from pydantic import Field, field_validator
 
@@ -31,7 +31,7 @@ from store import (
     format_ref,
 )
 from store.errors import RefError
-from workers import RunOutcome, ScriptError
+from workers import RunOutcome, ScriptError, prefix_tokens
 from workers.tools import Tool, ToolContext, ToolFailure, ToolInput, ToolOutput
 
 from ..errors import DispatchError, ReadError, WorktreeError
@@ -53,6 +53,7 @@ from .pages import (
     read_page,
     split_offset,
 )
+from .prompts import lead_system_prompt
 
 _CITATION = REF_IN_TEXT
 MAX_TASKS_PER_DISPATCH = 1000  # a job file may list many tasks; the lead gets them all at once
@@ -488,6 +489,13 @@ def lead_tools(rt: Runtime) -> list[Tool[Any]]:
         ForkThreadTool(rt),
         MergeTool(rt),  # offered to the model only by worktree jobs' leads (their tool list)
     ]
+
+
+def lead_prefix_tokens(tool_names: Sequence[str]) -> int:
+    """The estimate of a lead request's stable prefix — its system prompt and the specs of
+    ``tool_names`` — the part of ``lead_context_tokens`` no ledger can use."""
+    tools = {t.name: t for t in lead_tools(cast(Runtime, None))}  # specs need no runtime
+    return prefix_tokens(lead_system_prompt(), [tools[n].spec() for n in tool_names])
 
 
 def reader_tools(rt: Runtime, *, target: str) -> list[Tool[Any]]:

@@ -355,9 +355,15 @@ def minimum_lead_context(job: JobSpec, *, prefix_tokens: int) -> int:
     return prefix_tokens + 2 * _minimal_placeholder_tokens(job)
 
 
-def check_lead_context(job: JobSpec, *, prefix_tokens: int) -> int:
+def check_lead_context(job: JobSpec, *, prefix_tokens: int | None = None) -> int:
     """``minimum_lead_context``, or ``LedgerTooLarge`` (exit 2) when the job's
-    ``lead_ceiling`` is below it: the refusal before anything is stored."""
+    ``lead_ceiling`` is below it: the refusal before anything is stored. ``prefix_tokens``:
+    the lead's system prompt and tools (default: those a new lead of ``job`` gets)."""
+    if prefix_tokens is None:
+        from .lead_tools import lead_prefix_tokens
+        from .threads import lead_tool_names
+
+        prefix_tokens = lead_prefix_tokens(lead_tool_names(job.isolation == "worktree"))
     needed = _minimal_placeholder_tokens(job)
     minimum = prefix_tokens + 2 * needed
     if job.lead_ceiling < minimum:

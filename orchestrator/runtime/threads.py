@@ -223,11 +223,16 @@ async def create_lead(
         title=job.name,
         task=task,
         system_prompt=lead_system_prompt(),
-        tools=[*LEAD_TOOLS, *((MERGE_TOOL,) if isolation is not None else ())],
+        tools=lead_tool_names(isolation is not None),
         model=job.lead_model,
         status=status,
         messages=messages,
     )
+
+
+def lead_tool_names(isolation: bool) -> list[str]:
+    """The tools a new job's lead is given (``merge`` only with worktree isolation)."""
+    return [*LEAD_TOOLS, *((MERGE_TOOL,) if isolation else ())]
 
 
 def first_dispatch(tasks: Sequence[TaskSpec]) -> NewMessage:

@@ -5,6 +5,7 @@ carries on; the job sees one task with one result; no request ever exceeds the c
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sqlite3
 from typing import Any
 
@@ -83,7 +84,7 @@ def test_a_worker_whose_context_fills_hands_off_to_a_successor_of_the_same_task(
     first, last = chain[0], chain[-1]
     assert all(w.status == "done" for w in chain)
     assert all(w.task and w.task["id"] == "big" for w in chain)
-    for before, after in zip(chain, chain[1:], strict=False):
+    for before, after in itertools.pairwise(chain):
         assert after.continues == before.id and after.parent_id == before.parent_id
         opening = state["messages"][after.id][0].text
         assert opening.startswith("Task big: Fill the context")
