@@ -392,15 +392,17 @@ class JobRuntime:
         """How the lead ``info`` hands off: its successor starts from the job's ledger."""
 
         async def hand_off(lease: Lease, reason: str) -> ThreadInfo:
-            ceiling = self.job.lead_ceiling
+            ceiling, prefix = self.job.lead_ceiling, lead_prefix_tokens(info.tools)
             try:
                 ledger = await job_ledger(
                     self.store,
                     self.job,
                     self.lead_id,
-                    budget=ceiling // 2,
+                    # half the ceiling (SPEC), and never more than the prefix leaves of it: the
+                    # successor's first request holds both
+                    budget=min(ceiling // 2, ceiling - prefix),
                     previous=info,
-                    prefix_tokens=lead_prefix_tokens(info.tools),
+                    prefix_tokens=prefix,
                 )
             except LedgerTooLarge as exc:
                 raise HandOffRefused(str(exc)) from None

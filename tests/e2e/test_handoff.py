@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 import sqlite3
 from typing import Any
 
 from store import Kind, Store, ThreadInfo
+from tests.bigjob import REPORT, big_job, problems
 from tests.e2e.conftest import Env, answered_turns, bash, submit
 
 WORKER_CEILING = 6000
@@ -101,3 +103,44 @@ def test_a_worker_whose_context_fills_hands_off_to_a_successor_of_the_same_task(
         answered_turns(state["messages"][w.id], where=w.ref)
     largest = largest_requests(env)
     assert all(largest[w.id] <= WORKER_CEILING for w in chain), largest
+
+
+def test_a_lead_whose_context_fills_hands_off_through_the_ledger_and_loses_nothing(
+    env: Env,
+) -> None:
+    ceiling = 6000
+    job = big_job(env.root, batches=6, size=5, ceiling=ceiling)
+    res = env.run("--json", "run", str(job))
+    assert res.code == 0, res.stderr
+    doc = res.json
+    assert doc["status"] == "done" and doc["report"] == REPORT
+    assert doc["job"] != doc["lead"]  # the report is the newest lead's
+    assert len(doc["workers"]) == 30
+    state = db_read(env, lambda s: _job_state(s, doc["job"]))
+    leads = [t for t in state["threads"] if t.kind == Kind.LEAD]
+    assert len(leads) >= 3, [t.ref for t in leads]
+    assert doc["lead"] == leads[-1].ref and doc["job"] == leads[0].ref
+    for before, after in itertools.pairwise(leads):
+        assert before.status == "done" and before.continued_by == after.id
+        assert after.continues == before.id and after.job_id == leads[0].id
+        first = state["messages"][after.id]
+        assert first[0].role == "user" and first[0].text.startswith("Job ledger: big")
+        # the ledger is the successor's only user message with text before its first call
+        assert not [m for m in first[1:] if m.role == "user" and m.text]
+    assert db_read(env, lambda s: problems(s, env.db, leads[0].id, tasks=30, ceiling=ceiling)) == []
+
+
+def test_a_lead_context_below_the_jobs_minimum_is_refused_before_anything_is_stored(
+    env: Env,
+) -> None:
+    job = big_job(env.root, batches=2, size=3, ceiling=900)
+    res = env.run("run", str(job))
+    assert res.code == 2, res.stderr
+    [line] = res.stderr.strip().splitlines()
+    assert "lead_context_tokens" in line
+    smallest = int(re.search(r"at least ([\d,]+)", line)[1].replace(",", ""))
+    assert smallest > 900
+    assert not env.db.exists() or db_read(env, lambda s: s.list_threads()) == []
+    # the value it names works
+    job = big_job(env.root, batches=1, size=3, ceiling=smallest)
+    assert env.run("run", str(job)).code == 0
