@@ -499,8 +499,8 @@ async def _turns(run: _Run) -> RunOutcome:
         try:
             response = await run.model.complete(request)
         except ContextTooLong as exc:
-            if run.hand_off is None:
-                raise
+            if run.hand_off is None or not _has_own_turn(run):
+                raise  # the provider's failure, as it was (exit 4): a successor would fail too
             return await _hand_off(run, f"the provider refused its request as too long: {exc}")
         u = response.usage
         run.counted = (
@@ -547,11 +547,17 @@ def _tokens_of(run: _Run, request: ModelRequest) -> int:
     return request_tokens(request)
 
 
+def _has_own_turn(run: _Run) -> bool:
+    """Whether the thread has an assistant turn of its own (a fork's inherited ones aside): a
+    thread without one would hand its successor everything it started with."""
+    return any(m.role == "assistant" and m.thread_id == run.thread_id for m in run.history)
+
+
 async def _hand_off(run: _Run, reason: str) -> RunOutcome:
     """End the thread ``done`` and start its successor (``run.hand_off``, one write), or — when
     the thread has no turn of its own yet, so a successor would start as full — fail it."""
     ref = format_ref(run.thread_id)
-    if not any(m.role == "assistant" and m.thread_id == run.thread_id for m in run.history):
+    if not _has_own_turn(run):
         return await _finish(
             run,
             Status.FAILED,

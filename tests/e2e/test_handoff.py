@@ -13,6 +13,7 @@ from typing import Any
 from store import Kind, Store, ThreadInfo
 from tests.bigjob import REPORT, big_job, problems
 from tests.e2e.conftest import Env, answered_turns, bash, submit
+from tests.fakes.chat_api import FakeChatAPI
 
 WORKER_CEILING = 6000
 
@@ -138,9 +139,47 @@ def test_a_lead_context_below_the_jobs_minimum_is_refused_before_anything_is_sto
     assert res.code == 2, res.stderr
     [line] = res.stderr.strip().splitlines()
     assert "lead_context_tokens" in line
-    smallest = int(re.search(r"at least ([\d,]+)", line)[1].replace(",", ""))
+    named = re.search(r"at least ([\d,]+)", line)
+    assert named is not None, line
+    smallest = int(named[1].replace(",", ""))
     assert smallest > 900
     assert not env.db.exists() or db_read(env, lambda s: s.list_threads()) == []
     # the value it names works
     job = big_job(env.root, batches=1, size=3, ceiling=smallest)
     assert env.run("run", str(job)).code == 0
+
+
+def test_a_lead_the_provider_refuses_as_too_long_hands_off_and_the_job_ends(env: Env) -> None:
+    """The reactive path: llama-server's own overflow answer to the lead's request (after its
+    first dispatch) makes the lead hand off; its successor's request, the ledger, is answered."""
+
+    def reply(request: dict[str, Any]) -> dict[str, Any]:
+        said = " ".join(str(m.get("content")) for m in request["messages"])
+        return {"content": "Report: T-ok" if "Job ledger:" in said else "not the ledger"}
+
+    job = env.job(
+        "o",
+        [{"match": "(?m)^Task a:", "turns": [bash("echo a > a.txt"), submit("wrote a.txt")]}],
+        [{"id": "a", "title": "Write a", "prompt": "write a.txt"}],
+        worker="max_turns = 5\n",
+        model=None,
+    )
+    with FakeChatAPI() as api:
+        text = job.read_text().replace(
+            'model = "scripted:o.json"',
+            f'model = "openai:m@{api.base_url}"\nworker_model = "scripted:o.json"',
+        )
+        job.write_text(text)
+        api.inject("llama_ctx", prompt=9000, ctx=8192)
+        api.respond_with(reply)
+        res = env.run("--json", "run", str(job))
+        sent = list(api.chat_requests)
+    assert res.code == 0, res.stderr
+    doc = res.json
+    assert doc["report"].startswith("Report:") and doc["job"] != doc["lead"]
+    assert len(sent) == 2  # the refused request, then the successor's: no retry of the first
+    assert "Job ledger:" not in str(sent[0]["messages"]) and "Job ledger: o" in str(sent[1])
+    state = db_read(env, lambda s: _job_state(s, doc["job"]))
+    first, second = [t for t in state["threads"] if t.kind == Kind.LEAD]
+    assert first.continued_by == second.id and first.status == "done"
+    assert "refused its request as too long" in (first.result.summary if first.result else "")
