@@ -35,7 +35,7 @@ from store import (
     new_id,
 )
 
-from . import views
+from . import chain, views
 from .errors import CliError
 from .outcomes import AskOutcome, JobOutcome, WorkerSummary
 from .runtime.pages import DEFAULT_MAX_CHARS
@@ -200,10 +200,8 @@ class Orchestrator:
     async def resume(
         self, ref: str, message: str | None = None, *, model: str | None = None
     ) -> JobOutcome:
-        """Continue a thread with its whole history (and ``message``, if given); same ref. A
-        lead's ref resumes the whole job: finished workers are reused, interrupted ones resumed.
-        A thread that handed off is continued by its chain's newest thread (``newest``): the
-        outcome's ``ref`` names it."""
+        """Continue a thread (its handoff chain's newest) with its whole history and ``message``;
+        a lead's ref resumes the whole job: finished workers reused, interrupted ones resumed."""
         info = await self.check_resume(ref, message, model=model)
         if model is not None:
             info = await self.store.update_thread(info.id, model=_canonical(model))
@@ -215,29 +213,16 @@ class Orchestrator:
         """Everything ``resume`` would refuse, refused now with nothing stored: a ref to a
         message or range (resume continues a thread from its end; ``fork`` branches off at a
         message), an empty message, and a model that cannot be built (a spec that does not
-        parse, a scripted file that cannot be read, a provider's missing key). The thread a
-        resume runs: ``ref``'s, or the newest of its handoff chain (``newest``)."""
+        parse, a scripted file that cannot be read, a provider's missing key). The thread."""
         resolved = await self.store.resolve(ref)
-        info = resolved.thread
         if resolved.start is not None:
             raise CliError(
-                f"resume takes a thread, not a message or a range ({ref.strip()[:80]}):"
-                f" resume {info.ref} continues it from its end; fork {ref.strip()[:80]} branches"
-                " off at that message"
+                f"resume takes a thread, not a message or a range ({ref.strip()[:80]}): resume"
+                f" {resolved.thread.ref} continues it from its end; fork {ref.strip()[:80]}"
+                " branches off at that message"
             )
-        info = await self.newest(info)
+        info = await chain.newest(self.store, resolved.thread)  # handed off: its newest
         await self._check(info, message, model, build=True)
-        return info
-
-    async def newest(self, info: ThreadInfo) -> ThreadInfo:
-        """The newest thread of ``info``'s handoff chain (SPEC "Jobs larger than one
-        context"): ``info`` unless it handed off, else its successor's newest — any lead of a
-        job leads to the job's current lead, a worker that handed off to its task's current
-        worker. Its ``continued_by`` followed to the end."""
-        seen = {info.id}
-        while info.continued_by is not None and info.continued_by not in seen:
-            info = await self.store.get_thread(info.continued_by)
-            seen.add(info.id)
         return info
 
     async def fork(

@@ -174,7 +174,7 @@ class Background:
         """Continue a thread with its whole history (and ``message``) in the background. What
         ``resume`` would refuse (an empty message, a model that cannot be built) is refused
         here, before the run starts, with nothing stored. A thread that handed off is
-        continued by the newest of its chain (``Orchestrator.newest``), which is returned."""
+        continued by the newest of its chain (``chain.newest``), which is returned."""
         named = await self._idle(ref)
         info = await self.orch.check_resume(named.ref, message, model=model)
         if info.id != named.id:

@@ -223,6 +223,9 @@ def test_resume_of_a_worker_that_handed_off_runs_its_successor(
 # ----------------------------------------------------------------- live progress
 
 
+IDS = ("01" + "a" * 24, "01" + "b" * 24, "01" + "c" * 24)
+
+
 def _events(lead1: str, lead2: str, worker: str) -> list[LoopEvent]:
     used = Usage(input_tokens=9000, output_tokens=100)
     return [
@@ -235,7 +238,11 @@ def _events(lead1: str, lead2: str, worker: str) -> list[LoopEvent]:
 
 
 def test_a_handoff_is_one_plain_line_off_a_terminal() -> None:
-    lead1, lead2, worker = "01aaaaaaaaaaaaaaaaaaaaaaaa", "01bbbbbbbbbbbbbbbbbbbbbbbb", "01cc" * 6 + "cc"
+    lead1, lead2, worker = (
+        "01aaaaaaaaaaaaaaaaaaaaaaaa",
+        "01bbbbbbbbbbbbbbbbbbbbbbbb",
+        "01cc" * 6 + "cc",
+    )
     buf = io.StringIO()
     with Progress(stream=buf) as progress:
         for event in _events(lead1, lead2, worker):
@@ -252,7 +259,11 @@ def test_a_handoff_is_one_plain_line_off_a_terminal() -> None:
 
 
 def test_a_handoff_is_one_row_of_the_live_view() -> None:
-    lead1, lead2, worker = "01aaaaaaaaaaaaaaaaaaaaaaaa", "01bbbbbbbbbbbbbbbbbbbbbbbb", "01cc" * 6 + "cc"
+    lead1, lead2, worker = (
+        "01aaaaaaaaaaaaaaaaaaaaaaaa",
+        "01bbbbbbbbbbbbbbbbbbbbbbbb",
+        "01cc" * 6 + "cc",
+    )
     buf = io.StringIO()
     term = Console(file=buf, width=160, height=40, force_terminal=True, color_system=None)
     with Progress(console=term, auto_refresh=False) as progress:
