@@ -403,8 +403,9 @@ class Progress:
     def _summary(self, rows: list[_Row], now: float, hidden: int) -> str:
         """``lead running · workers: 2 running, 1 queued, 3 done | 40k tokens $0.02 1m05s``:
         the lead's state on its own (it is no worker), the other threads counted by status —
-        queued ones too — then the tokens, cost and time of the whole run."""
-        others = [r for r in rows if r.kind != "lead"]
+        queued ones too, a thread that handed off not: its successor counts for it — then the
+        tokens, cost and time of the whole run."""
+        others = [r for r in rows if r.kind != "lead" and not r.successor]
         counts: dict[str, int] = {"running": 0, "queued": 0, "done": 0, "failed": 0}
         for row in others:
             counts[row.status] = counts.get(row.status, 0) + 1

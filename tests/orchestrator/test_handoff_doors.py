@@ -224,9 +224,11 @@ def test_resume_of_a_worker_that_handed_off_runs_its_successor(
 
 
 IDS = ("01" + "a" * 24, "01" + "b" * 24, "01" + "c" * 24)
+WORKER2 = "T-01" + "d" * 24
 
 
 def _events(lead1: str, lead2: str, worker: str) -> list[LoopEvent]:
+    """A lead hands off while its worker runs; then the worker hands off to ``worker2``."""
     used = Usage(input_tokens=9000, output_tokens=100)
     return [
         LoopEvent(lead1, "started", thread_kind="lead", title="big-job", status=Status.RUNNING),
@@ -234,15 +236,13 @@ def _events(lead1: str, lead2: str, worker: str) -> list[LoopEvent]:
         LoopEvent(lead1, "turn", thread_kind="lead", title="big-job", turn=3, usage=used),
         LoopEvent(lead1, "handoff", thread_kind="lead", title="big-job", detail=f"T-{lead2}"),
         LoopEvent(lead2, "started", thread_kind="lead", title="big-job", status=Status.RUNNING),
+        LoopEvent(worker, "handoff", thread_kind="worker", title="Task a", detail=WORKER2),
+        LoopEvent(WORKER2[2:], "started", thread_kind="worker", title="Task a"),
     ]
 
 
 def test_a_handoff_is_one_plain_line_off_a_terminal() -> None:
-    lead1, lead2, worker = (
-        "01aaaaaaaaaaaaaaaaaaaaaaaa",
-        "01bbbbbbbbbbbbbbbbbbbbbbbb",
-        "01cc" * 6 + "cc",
-    )
+    lead1, lead2, worker = IDS
     buf = io.StringIO()
     with Progress(stream=buf) as progress:
         for event in _events(lead1, lead2, worker):
@@ -251,19 +251,17 @@ def test_a_handoff_is_one_plain_line_off_a_terminal() -> None:
         progress.on_event(LoopEvent(lead1, "finished", thread_kind="lead", status=Status.DONE))
     lines = buf.getvalue().splitlines()
     handoffs = [line for line in lines if line.startswith("handoff")]
-    assert len(handoffs) == 1, lines
+    assert len(handoffs) == 2, lines
     assert handoffs[0].startswith(f"handoff  T-{lead1}  lead   big-job  handed off → T-{lead2}")
     assert "(context full)" in handoffs[0] and "tokens=9,100" in handoffs[0]
+    assert handoffs[1].startswith(f"handoff  T-{worker}  worker Task a  handed off → {WORKER2}")
+    assert lines[-1].startswith(f"started  {WORKER2}  worker Task a")
     assert not any(line.startswith("done") and lead1 in line for line in lines)
     assert progress.rows[lead1].successor == f"T-{lead2}"
 
 
 def test_a_handoff_is_one_row_of_the_live_view() -> None:
-    lead1, lead2, worker = (
-        "01aaaaaaaaaaaaaaaaaaaaaaaa",
-        "01bbbbbbbbbbbbbbbbbbbbbbbb",
-        "01cc" * 6 + "cc",
-    )
+    lead1, lead2, worker = IDS
     buf = io.StringIO()
     term = Console(file=buf, width=160, height=40, force_terminal=True, color_system=None)
     with Progress(console=term, auto_refresh=False) as progress:
@@ -273,4 +271,5 @@ def test_a_handoff_is_one_row_of_the_live_view() -> None:
     (row,) = [line for line in frame if f"T-{lead1}" in line]
     assert row.startswith("↳") and f"handed off → T-{lead2} (context full)" in row
     assert [line for line in frame if f"T-{lead2}" in line and f"T-{lead1}" not in line]
-    assert frame[-1].startswith("lead running")  # the summary follows the current lead
+    # the summary follows the current lead, and counts a task once: by its current worker
+    assert frame[-1].startswith("lead running · workers: 1 running |"), frame[-1]
