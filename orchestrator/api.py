@@ -35,7 +35,7 @@ from store import (
     new_id,
 )
 
-from . import views
+from . import chain, views
 from .errors import CliError
 from .outcomes import AskOutcome, JobOutcome
 from .runtime.pages import DEFAULT_MAX_CHARS
@@ -205,8 +205,8 @@ class Orchestrator:
     async def resume(
         self, ref: str, message: str | None = None, *, model: str | None = None
     ) -> JobOutcome:
-        """Continue a thread with its whole history (and ``message``, if given); same ref. A
-        lead's ref resumes the whole job: finished workers are reused, interrupted ones resumed."""
+        """Continue a thread (its handoff chain's newest) with its whole history and ``message``;
+        a lead's ref resumes the whole job: finished workers reused, interrupted ones resumed."""
         info = await self.check_resume(ref, message, model=model)
         if model is not None:
             info = await self.store.update_thread(info.id, model=_canonical(model))
@@ -220,13 +220,13 @@ class Orchestrator:
         message), an empty message, and a model that cannot be built (a spec that does not
         parse, a scripted file that cannot be read, a provider's missing key). The thread."""
         resolved = await self.store.resolve(ref)
-        info = resolved.thread
         if resolved.start is not None:
             raise CliError(
-                f"resume takes a thread, not a message or a range ({ref.strip()[:80]}):"
-                f" resume {info.ref} continues it from its end; fork {ref.strip()[:80]} branches"
-                " off at that message"
+                f"resume takes a thread, not a message or a range ({ref.strip()[:80]}): resume"
+                f" {resolved.thread.ref} continues it from its end; fork {ref.strip()[:80]}"
+                " branches off at that message"
             )
+        info = await chain.newest(self.store, resolved.thread)  # handed off: its newest
         await self._check(info, message, model, build=True)
         return info
 

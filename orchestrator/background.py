@@ -173,9 +173,12 @@ class Background:
     async def resume(self, ref: str, message: str | None, *, model: str | None) -> ThreadInfo:
         """Continue a thread with its whole history (and ``message``) in the background. What
         ``resume`` would refuse (an empty message, a model that cannot be built) is refused
-        here, before the run starts, with nothing stored."""
-        info = await self._idle(ref)
-        await self.orch.check_resume(info.ref, message, model=model)
+        here, before the run starts, with nothing stored. A thread that handed off is
+        continued by the newest of its chain (``chain.newest``), which is returned."""
+        named = await self._idle(ref)
+        info = await self.orch.check_resume(named.ref, message, model=model)
+        if info.id != named.id:
+            info = await self._idle(info.ref)
         self._start(info.id, info.job_id, self.orch.resume(info.ref, message, model=model))
         return info
 

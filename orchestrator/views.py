@@ -57,7 +57,9 @@ def fork_json(info: AnyThread) -> dict[str, Any] | None:
 
 def thread_json(info: AnyThread) -> dict[str, Any]:
     """A thread's metadata as ``ls`` lists it (and ``show`` starts it); ``source``: where an
-    imported thread came from (``source_json``), None for any other."""
+    imported thread came from (``source_json``), None for any other; ``continues`` and
+    ``continued_by``: the thread it took over from in a handoff and the one that took over
+    from it (SPEC "Jobs larger than one context"), refs or None."""
     return {
         "ref": info.ref,
         "kind": str(info.kind),
@@ -71,6 +73,8 @@ def thread_json(info: AnyThread) -> dict[str, Any]:
         "model": info.model,
         "updated_at": iso(info.updated_at),
         "source": source_json(info.task),
+        "continues": _ref(info.continues),
+        "continued_by": _ref(info.continued_by),
     }
 
 
@@ -296,16 +300,28 @@ def tree_json(
     """SPEC ``tree --json``: the job's lead node, nested — a spawned thread under the thread
     that spawned it, a fork under the thread it was forked from — with ``focus`` naming the
     ref asked about. ``threads``: the job's, oldest first; ``totals``: the usage total
-    (``UsageTotal``/``RawTotal``) per thread id; ``empty``: the usage of a thread with none."""
+    (``UsageTotal``/``RawTotal``) per thread id; ``empty``: the usage of a thread with none.
+
+    A handoff's chain (SPEC "Jobs larger than one context") stays together: each node names
+    the thread it ``continues`` and the one it is ``continued_by``; a successor is listed right
+    after its predecessor, in the predecessor's list (a worker's successor follows it among
+    its lead's ``children``), and the first lead's successors — the job's later leads, each
+    with the workers it spawned — are ``successors``, in chain order. The chain is laid out
+    flat, not nested, so a job of many handoffs is no deeper than a job of one."""
     by_id = {t.id: t for t in threads}
-    children: dict[str, list[str]] = {t.id: [] for t in threads}
-    forks: dict[str, list[str]] = {t.id: [] for t in threads}
     root = by_id.get(focus.job_id, threads[0] if threads else focus)
     by_id.setdefault(root.id, root)
-    children.setdefault(root.id, [])
-    forks.setdefault(root.id, [])
+    # each thread's successor within the job; a successor hangs where its chain begins
+    successor = {
+        t.continues: t.id
+        for t in threads
+        if t.continues is not None and t.continues in by_id and t.id != root.id
+    }
+    successors = set(successor.values())
+    children: dict[str, list[str]] = {t: [] for t in by_id}
+    forks: dict[str, list[str]] = {t: [] for t in by_id}
     for t in threads:
-        if t.id == root.id:
+        if t.id == root.id or t.id in successors:
             continue
         if t.forked_from and t.forked_from.thread_id in by_id:
             forks[t.forked_from.thread_id].append(t.id)
@@ -313,6 +329,16 @@ def tree_json(
             children[t.parent_id].append(t.id)
         else:
             children[root.id].append(t.id)
+
+    def chain(tid: str) -> list[str]:
+        """``tid``'s successors, in order (never a thread twice)."""
+        out: list[str] = []
+        while (tid := successor.get(tid, "")) and tid not in out:
+            out.append(tid)
+        return out
+
+    def chained(ids: list[str]) -> list[str]:
+        return [x for tid in ids for x in (tid, *chain(tid))]
 
     def node(tid: str) -> dict[str, Any]:
         t = by_id[tid]
@@ -328,11 +354,14 @@ def tree_json(
             "check": check_summary(t.result.check) if t.result is not None else None,
             "parent": _ref(t.parent_id),
             "forked_from": fork_json(t),
-            "children": [node(c) for c in children[tid]],
-            "forks": [node(f) for f in forks[tid]],
+            "continues": _ref(t.continues),
+            "continued_by": _ref(t.continued_by),
+            "children": [node(c) for c in chained(children[tid])],
+            "forks": [node(f) for f in chained(forks[tid])],
         }
 
     data = node(root.id)
+    data["successors"] = [node(s) for s in chain(root.id)]
     data["focus"] = focus.ref
     return data
 

@@ -105,9 +105,11 @@ def show(ctx: click.Context, ref: str, tools: bool, raw: bool, redact: bool) -> 
     a terminal, --raw included; --raw writes the bytes as stored only when
     stdout is not a terminal (a pipe, a file).
 
-    --json prints {ref, kind, status, title, parent, forked_from: {ref, at} | null, result,
-    usage, messages: [{seq, role, content}]} with content blocks exactly as stored; with --raw
-    a tool output stored apart (over 1 MiB) carries its whole text, not its preview.
+    --json prints {ref, kind, status, title, parent, forked_from: {ref, at} | null,
+    continues, continued_by, result, usage, messages: [{seq, role, content}]} with content
+    blocks exactly as stored; with --raw a tool output stored apart (over 1 MiB) carries its
+    whole text, not its preview. continues, continued_by: the threads before and after a
+    handoff (a job larger than one context), refs or null; the text shows them as "chain".
 
     The transcript is the record: it is shown as stored, secrets included, unless --redact
     masks the configured API keys and values that look like secrets (sk-ant-…, AKIA…, ghp_…,
@@ -141,8 +143,13 @@ def tree(ctx: click.Context, ref: str) -> None:
     A thread spawned by another hangs under it; a fork hangs under the thread it was forked
     from, marked "⑂ fork of #n". REF's own node is marked "◀".
 
-    --json: the lead's node, nested: {ref, kind, status, title, usage, children: [...],
-    forks: [...]}.
+    A job larger than one context is a chain: a thread whose context filled handed off
+    ("↳ continued by T-…") to a successor, marked "↳", which follows it: a worker's among
+    its siblings, the job's later leads at the top level, each with the workers it spawned.
+
+    --json: the first lead's node, nested: {ref, kind, status, title, usage, continues,
+    continued_by, children: [...], forks: [...]}, with successors: [the later leads' nodes,
+    in chain order].
     """
 
     async def go(store: Store) -> Output:

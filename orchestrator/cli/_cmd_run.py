@@ -189,7 +189,8 @@ async def _orchestrate(
             outcome = await fn(orch)
         return await present(outcome, store)
     except asyncio.CancelledError:
-        leads = [r.ref for r in progress.rows.values() if r.kind == "lead"]
+        # the job's current lead: those that handed off were continued by it
+        leads = [r.ref for r in progress.rows.values() if r.kind == "lead" and not r.successor]
         sys.stderr.write(
             "threadloom: interrupted; the job's running threads were left interrupted;"
             f" threadloom resume {leads[0]} runs it on: finished workers are reused, stopped and"

@@ -115,12 +115,21 @@ class _Row:
     cost: float = 0.0
     ended: float | None = None
     detail: str = ""
+    successor: str = ""
+    """The ref of the thread this one handed off to (SPEC "Jobs larger than one context")."""
     calls: dict[str, _Call] = field(default_factory=dict)
     # what earlier runs of this thread in this process used (a worker the lead resumed)
     base: tuple[int, int, float] = (0, 0, 0.0)
 
     def elapsed(self, now: float) -> float:
         return (self.ended if self.ended is not None else now) - self.started
+
+    def count(self, event: LoopEvent) -> None:
+        """The run's totals as ``event`` gives them, after what earlier runs used."""
+        base_turns, base_tokens, base_cost = self.base
+        self.turns = base_turns + event.turn
+        self.tokens = base_tokens + event.usage.total_tokens
+        self.cost = base_cost + event.cost_usd
 
 
 @dataclass(frozen=True)
@@ -246,10 +255,20 @@ class Progress:
             return line
         if event.kind == "started":
             row.status, row.ended = "running", None
-        base_turns, base_tokens, base_cost = row.base
-        row.turns = base_turns + event.turn
-        row.tokens = base_tokens + event.usage.total_tokens
-        row.cost = base_cost + event.cost_usd
+        if event.kind == "handoff":
+            # its context is full: it ended done and its successor (``detail``) takes over,
+            # said here once (its running totals stay those of its last turn); the
+            # successor's own row starts with its "started"
+            row.status, row.ended, row.successor = str(Status.DONE), now, event.detail
+            row.calls.clear()
+            if event.turn or event.usage.total_tokens:
+                row.count(event)
+            return (
+                f"handoff  {row.ref}  {row.kind:<6} {row.title}  handed off → {row.successor}"
+                f" (context full)  turns={row.turns} tokens={row.tokens:,}"
+                f" {row.elapsed(now):.1f}s"
+            )
+        row.count(event)
         if event.kind == "tool":
             name = event.tool or event.detail
             row.calls[event.tool_id or name] = _Call(
@@ -257,6 +276,8 @@ class Progress:
             )
         elif event.kind == "tool_done":
             row.calls.pop(event.tool_id or event.tool or event.detail, None)
+        elif event.kind == "finished" and row.successor:
+            row.status = str(event.status or Status.DONE)  # said by its handoff line already
         elif event.kind == "finished":
             row.status = str(event.status or Status.DONE)
             row.ended = now
@@ -345,6 +366,8 @@ class Progress:
         if running:
             frames = SPINNER if self._unicode else ASCII_SPINNER
             mark = frames[int(now * 8) % len(frames)]
+        elif row.successor:
+            mark = "↳" if self._unicode else ">"
         else:
             mark = (MARKS if self._unicode else ASCII_MARKS).get(row.status, "·")
         dim = None if running else "dim"
@@ -356,6 +379,9 @@ class Progress:
             activity = ("thinking…" if self._unicode else "thinking...", "dim")
         elif queued:
             activity = ("queued: waits for a free slot (max_parallel)", "dim")
+        elif row.successor:
+            arrow = "→" if self._unicode else "->"
+            activity = (f"handed off {arrow} {row.successor} (context full)", "cyan")
         elif row.status != "done" and row.detail and self._finished is None:
             # while the job runs; the end says why once, below the view
             activity = (one_line(visible(redact(row.detail)), 300), style)
@@ -377,8 +403,9 @@ class Progress:
     def _summary(self, rows: list[_Row], now: float, hidden: int) -> str:
         """``lead running · workers: 2 running, 1 queued, 3 done | 40k tokens $0.02 1m05s``:
         the lead's state on its own (it is no worker), the other threads counted by status —
-        queued ones too — then the tokens, cost and time of the whole run."""
-        others = [r for r in rows if r.kind != "lead"]
+        queued ones too, a thread that handed off not: its successor counts for it — then the
+        tokens, cost and time of the whole run."""
+        others = [r for r in rows if r.kind != "lead" and not r.successor]
         counts: dict[str, int] = {"running": 0, "queued": 0, "done": 0, "failed": 0}
         for row in others:
             counts[row.status] = counts.get(row.status, 0) + 1

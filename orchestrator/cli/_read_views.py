@@ -133,12 +133,17 @@ def show_view(
 
 
 def tree_view(data: dict[str, Any]) -> View:
-    """``data``: SPEC ``tree`` (``views.tree_json``), the lead's node with ``focus``."""
+    """``data``: SPEC ``tree`` (``views.tree_json``), the lead's node with ``focus``. A handoff
+    shows as such: the thread that handed off ends its row with "↳ continued by T-…", and its
+    successor, marked "↳", follows it — a worker's among its siblings, a later lead at the top
+    level with the workers it spawned."""
     focus = data["focus"]
 
     def text(p: Printer) -> None:
         def walk(node: dict[str, Any], prefix: str, connector: str, fork: bool) -> None:
             parts: list[tuple[str, str | None]] = [(prefix + connector, "dim")]
+            if node.get("continues"):
+                parts.append(("↳ ", "cyan"))
             if fork and node["forked_from"]:
                 parts.append((f"⑂ fork of #{node['forked_from']['at']}  ", "magenta"))
             parts += [
@@ -149,7 +154,9 @@ def tree_view(data: dict[str, Any]) -> View:
                 (f"  · {compact(node['tokens'])} tok", "dim"),
                 *_check_cell(node.get("check")),
             ]
-            if node["ref"] == focus and node is not data:
+            if node.get("continued_by"):
+                parts.append((f"  ↳ continued by {node['continued_by']}", "cyan"))
+            if node["ref"] == focus and (node is not data or data.get("successors")):
                 parts.append(("  ◀", "yellow"))
             p.parts(parts)
             kids = [(c, False) for c in node["children"]] + [(f, True) for f in node["forks"]]
@@ -157,7 +164,8 @@ def tree_view(data: dict[str, Any]) -> View:
             for i, (kid, is_fork) in enumerate(kids):
                 walk(kid, below, "└─ " if i == len(kids) - 1 else "├─ ", is_fork)
 
-        walk(data, "", "", False)
+        for lead in (data, *data.get("successors", ())):
+            walk(lead, "", "", False)
 
     return View(data, text)
 

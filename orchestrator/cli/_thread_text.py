@@ -139,6 +139,11 @@ def render_header(
         rows.append(("parent", f"T-{info.parent_id}"))
     if info.forked_from:
         rows.append(("fork of", f"{info.forked_from.ref}#{info.forked_from.at}"))
+    handoffs = [f"continues T-{info.continues}"] if info.continues else []
+    if info.continued_by:
+        handoffs.append(f"continued by T-{info.continued_by}")
+    if handoffs:  # the chain of a job larger than one context: a handoff on either side
+        rows.append(("chain", " · ".join(handoffs)))
     if info.model:
         rows.append(("model", info.model))
     src = (info.task or {}).get("source")

@@ -88,7 +88,9 @@ def register_reading(app: Threadloom) -> None:
 
     @tool(server, annotations=READ_ONLY)
     async def job_tree(ref: Ref) -> CallToolResult:
-        """The job around ref as a tree of spawn and fork edges, with status and tokens."""
+        """The job around ref as a tree of spawn and fork edges, with status and tokens; a
+        job whose lead handed off (its context was full) lists its later leads, in order,
+        under `successors`, and each thread names the one it `continues`/is `continued_by`."""
         with refusals():
             narrow = "list_threads(job=ref, limit=…) pages through a large job"
             return answer(short_titles(await app.orch.tree(ref)), narrow=narrow)
