@@ -33,6 +33,7 @@ from store import (
 )
 
 from .api import Orchestrator
+from .chain import newest
 from .errors import EXIT_USAGE, OrchestratorError
 from .jobs import JobSpec
 from .runtime import JobRuntime, create_lead, job_of
@@ -236,7 +237,8 @@ class Background:
         tick = loop.time() + self.progress_every_s
         told = 0
         while True:
-            infos = [await self.store.get_thread(tid) for tid in ids]
+            # a thread that handed off is waited for through its chain's newest thread
+            infos = [await newest(self.store, await self.store.get_thread(t)) for t in ids]
             ended = [i for i in infos if self.ended(i)]
             pending = [i for i in infos if not self.ended(i)]
             now = loop.time()
@@ -246,7 +248,8 @@ class Background:
                 told = len(ended)
                 tick = now + self.progress_every_s
                 await on_progress(len(ended), len(infos), _progress_text(ended, pending))
-            held = [self._tasks[i.id] for i in pending if i.id in self._tasks]
+            runs = [t for t, i in zip(ids, infos, strict=True) if not self.ended(i)]
+            held = [self._tasks[t] for t in runs if t in self._tasks]
             nap = min(deadline, tick if on_progress is not None else deadline) - now
             if len(held) < len(pending):
                 nap = min(nap, self.poll_s)  # some run in another process: poll the store

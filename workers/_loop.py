@@ -38,6 +38,7 @@ from store import (
     Store,
     TextBlock,
     ThreadInfo,
+    ToolResultBlock,
     ToolUseBlock,
     Usage,
     UsageRecord,
@@ -54,6 +55,7 @@ from ._calls import (
     replayable,
     run_tools,
     store_message,
+    submit,
     tool_spec,
 )
 from ._nudges import EMPTY_REPLY_SUMMARY, nudge_text, reply_text
@@ -469,13 +471,20 @@ async def _answer_orphans(run: _Run, *, replay: bool = True, stopping: bool = Fa
 
 async def _turns(run: _Run) -> RunOutcome:
     cfg = run.config
+    if await _recorded_submission(run):
+        # a run that died between a worker's accepted submission and its end: it ends now
+        return await _finish(run, Status.DONE)
     while True:
         history = run.history
         if not history:
             return await _finish(run, Status.FAILED, error="the thread has no messages to answer")
         if history[-1].role == "assistant":
-            # nothing new to answer (e.g. resumed without a message): the thread stands as it is
+            # nothing new to answer (e.g. resumed without a message): the thread stands as it
+            # is — a worker's last words are its partial result, as when it ended with them
             run.final_text = _text_of(history[-1])
+            if run.kind == Kind.WORKER and run.result is None:
+                summary = run.final_text or EMPTY_REPLY_SUMMARY
+                run.result = Result(status="partial", summary=summary[:2000])
             return await _finish(run, Status.DONE)
         if run.turns >= cfg.max_turns:
             return await _finish(
@@ -535,6 +544,21 @@ async def _turns(run: _Run) -> RunOutcome:
         ended = await _after_turn(run, response, turn_msg, uses)
         if ended is not None:
             return ended
+
+
+async def _recorded_submission(run: _Run) -> bool:
+    """Whether the history ends with a ``submit_result`` call answered as accepted (the run that
+    made it died before it ended the thread): the submission is taken again from the stored
+    call — validated and checked as it was — and the run ends with it, with no model call."""
+    history = run.history
+    if run.kind != Kind.WORKER or len(history) < 2 or history[-1].role != "user":
+        return False
+    calls = [b for b in history[-2].content if isinstance(b, ToolUseBlock)]
+    answers = {b.tool_use_id: b for b in history[-1].content if isinstance(b, ToolResultBlock)}
+    use = next((c for c in calls if c.name == SUBMIT_RESULT), None)
+    if use is None or use.id not in answers or answers[use.id].is_error:
+        return False
+    return not (await submit(run, use)).is_error and run.result is not None
 
 
 def _tokens_of(run: _Run, request: ModelRequest) -> int:
