@@ -270,12 +270,20 @@ def _lead_chain(by_id: dict[str, ThreadInfo], job_id: str) -> tuple[str, ...]:
     return tuple(chain)
 
 
+LAST_WORDS_LOOKBACK = 64
+"""How far back a lead's last words are looked for, in messages: text older than that is not its
+last words (a lead that only dispatched for a while has none), and a long transcript of dispatch
+results is not read for them."""
+
+
 async def _last_words(store: Store, lead: ThreadInfo) -> tuple[str, str] | None:
-    """The lead's newest assistant message that has text: (its ref, the text cut at
-    ``LAST_WORDS_CHARS``), read backwards a few messages at a time."""
+    """The lead's newest assistant message that has text, among its last
+    ``LAST_WORDS_LOOKBACK``: (its ref, the text cut at ``LAST_WORDS_CHARS``), read backwards a
+    few messages at a time."""
     end, window = lead.head_seq, 8
-    while end >= 1:
-        start = max(1, end - window + 1)
+    floor = max(1, lead.head_seq - LAST_WORDS_LOOKBACK + 1)
+    while end >= floor:
+        start = max(floor, end - window + 1)
         for m in reversed(await store.messages(lead.id, start=start, end=end)):
             text = m.text.strip() if m.role == "assistant" else ""
             if text:
