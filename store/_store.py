@@ -342,10 +342,13 @@ class Store:
         limit: int | None = None,
         oldest_first: bool = False,
         older_than: str | None = None,
+        prompts: bool = True,
     ) -> list[ThreadInfo]:
         """Threads matching every given filter, newest first (or oldest), as readers see them
         (``running`` with its runner gone reads ``interrupted``, and filters so);
-        ``older_than``: only threads created before that thread id (a page after it)."""
+        ``older_than``: only threads created before that thread id (a page after it);
+        ``prompts`` False: without their system prompts (each None), for a listing that shows
+        none — a thousand workers' prompts are megabytes."""
         return await self.db.read(
             lambda tx: _threads.listing(
                 tx,
@@ -357,6 +360,7 @@ class Store:
                 limit=row_limit(limit),
                 oldest_first=oldest_first,
                 older_than=older_than,
+                prompts=prompts,
             ),
             where="listing threads",
         )
@@ -370,8 +374,9 @@ class Store:
         return await self.list_threads(forked_from_id=thread_id, oldest_first=True)
 
     async def job_tree(self, job_id: str) -> list[ThreadInfo]:
-        """Every thread of a job, oldest first (the lead, its workers, forks, readers…)."""
-        return await self.list_threads(job_id=job_id, oldest_first=True)
+        """Every thread of a job, oldest first (the lead, its workers, forks, readers…),
+        without their system prompts (``list_threads``' ``prompts``)."""
+        return await self.list_threads(job_id=job_id, oldest_first=True, prompts=False)
 
     # ----------------------------------------------------------------- status and results
 

@@ -17,11 +17,16 @@ from ._liveness import as_seen
 from ._readsql import THREAD_SELECT
 from ._redact import redact
 from ._sqlite import Tx, as_time, json_value, utcnow
+from ._stored import construct_model
 from .errors import LeaseLost, SourceTaken, StatusError, ThreadNotFound
 from .models import ForkOrigin, Kind, Result, Status, ThreadInfo
 from .refs import format_ref
 
 SELECT = THREAD_SELECT
+SELECT_BRIEF = THREAD_SELECT.replace(" system_prompt,", " NULL,", 1)
+"""``SELECT`` without the system prompts: a listing of a thousand workers reads a thousand
+prompts of several kilobytes each, which no listing shows."""
+assert SELECT_BRIEF != SELECT
 _JSON = frozenset({"task", "tools", "result", "pending_tool_ids"})
 
 ALLOWED: dict[Status, frozenset[Status]] = {
@@ -42,30 +47,44 @@ def thread_from_row(row: Sequence[Any]) -> ThreadInfo:
     tid, kind, title, status, parent, forked_id, forked_at, job, task, prompt, tools = row[:11]
     model, result, error, version, head, owner, expires, created, updated = row[11:20]
     continues, continued_by = row[20:22]
-    result = json_value(result)
-    return ThreadInfo.model_construct(
-        id=tid,
-        kind=Kind(kind),
-        title=title or "",
-        status=Status(status),
-        parent_id=parent,
-        forked_from=ForkOrigin(thread_id=forked_id, at=forked_at) if forked_id else None,
-        job_id=job,
-        task=json_value(task),
-        system_prompt=prompt,
-        tools=list(json_value(tools) or []),
-        model=model,
-        result=Result.model_validate(result) if result else None,
-        error=error,
-        version=version,
-        head_seq=head,
-        lease_owner=owner,
-        lease_expires_at=None if expires is None else as_time(expires),
-        created_at=as_time(created),
-        updated_at=as_time(updated),
-        continues=continues,
-        continued_by=continued_by,
-    )
+    # the store wrote every value: built without pydantic's per-field loop (a thousand-thread
+    # job's listing is a thousand of these); only the result's nested shapes are validated,
+    # straight from their JSON text
+    values = {
+        "id": tid,
+        "kind": Kind(kind),
+        "title": title or "",
+        "status": Status(status),
+        "parent_id": parent,
+        "forked_from": ForkOrigin(thread_id=forked_id, at=forked_at) if forked_id else None,
+        "job_id": job,
+        "task": json_value(task),
+        "system_prompt": prompt,
+        "tools": list(json_value(tools) or []),
+        "model": model,
+        "result": _result(result),
+        "error": error,
+        "version": version,
+        "head_seq": head,
+        "lease_owner": owner,
+        "lease_expires_at": None if expires is None else as_time(expires),
+        "created_at": as_time(created),
+        "updated_at": as_time(updated),
+        "continues": continues,
+        "continued_by": continued_by,
+    }
+    return construct_model(ThreadInfo, values, _INFO_FIELDS)
+
+
+_INFO_FIELDS = set(ThreadInfo.model_fields)
+
+
+def _result(value: Any) -> Result | None:
+    """A ``result`` column as the model: JSON text (SQLite) validated as text, a decoded
+    value (PostgreSQL) as a value; SQL NULL or JSON ``null`` is None."""
+    if isinstance(value, str):
+        return None if value == "null" else Result.model_validate_json(value)
+    return Result.model_validate(value) if value else None
 
 
 def get(tx: Tx, thread_id: str) -> ThreadInfo:
@@ -118,10 +137,12 @@ def listing(
     limit: int | None = None,
     oldest_first: bool = False,
     older_than: str | None = None,
+    prompts: bool = True,
 ) -> list[ThreadInfo]:
     """``Store.list_threads``: the threads matching every given filter, by id (creation order),
     as readers see them; ``older_than``: only ids below it (ids sort by creation, compared byte
-    by byte: ``COLLATE "C"`` on PostgreSQL, as the prefix lookup)."""
+    by byte: ``COLLATE "C"`` on PostgreSQL, as the prefix lookup); ``prompts`` False: each
+    ``system_prompt`` None, not read."""
     wanted = None if status is None else Status(status)
     # ``running`` and ``interrupted`` depend on whether the runner lives (``as_seen``): fetch
     # both, present, then filter (and limit) here; running threads are few
@@ -141,7 +162,7 @@ def listing(
     if older_than is not None:
         where.append(('id COLLATE "C"' if tx.postgres else "id") + " < :older_than")
         params["older_than"] = older_than
-    sql = SELECT + (" WHERE " + " AND ".join(where) if where else "")
+    sql = (SELECT if prompts else SELECT_BRIEF) + (" WHERE " + " AND ".join(where) if where else "")
     sql += " ORDER BY id" + ("" if oldest_first else " DESC")
     if limit is not None and not live_dependent:
         sql += " LIMIT :limit"

@@ -72,31 +72,37 @@ class Ledger:
     """How many of those were collapsed to one line."""
 
 
-@dataclass(frozen=True, slots=True)
 class _Entry:
     """One task (or undispatched worker thread): its one line, and its detailed form (the line,
-    its title, and the lines below it), each rendered once."""
+    its title, and the lines below it), rendered when first asked for — only the newest
+    entries of a long job are ever shown detailed."""
 
-    key: str
-    running: bool
-    line: str
-    detailed: str
-    questions: tuple[str, ...] = ()
+    __slots__ = ("_detailed", "_info", "key", "line", "questions", "running")
 
+    def __init__(
+        self,
+        key: str,
+        status: str,
+        mark: str,
+        ref: str,
+        info: ThreadInfo | None = None,
+    ) -> None:
+        self.key = key
+        self.running = status == "running"
+        self.line = f"- [{key}] {status}{f' {mark}' if mark else ''} {ref}"
+        self._info = info
+        result = info.result if info is not None else None
+        self.questions = tuple(
+            _one_line(q, QUESTION_CHARS) for q in (result.open_questions if result else ())
+        )
+        self._detailed: str | None = None if info is not None else self.line
 
-def _new_entry(
-    key: str,
-    status: str,
-    mark: str,
-    ref: str,
-    title: str = "",
-    details: Sequence[str] = (),
-    questions: tuple[str, ...] = (),
-) -> _Entry:
-    line = f"- [{key}] {status}{f' {mark}' if mark else ''} {ref}"
-    head = f"{line} {title}" if title else line
-    detailed = "\n".join([head, *details])
-    return _Entry(key, status == "running", line, detailed, questions)
+    @property
+    def detailed(self) -> str:
+        if self._detailed is None:
+            assert self._info is not None
+            self._detailed = _details(self.key, self.line, self._info)
+        return self._detailed
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +216,14 @@ def _entry(key: str, info: ThreadInfo | None, status: str, ref: str) -> _Entry:
     """A task's entry from its newest worker thread (``info``; None: only its dispatch row
     is known, ``status`` and ``ref`` are the row's)."""
     if info is None:
-        return _new_entry(key, _shown_status(status), "", ref)
+        return _Entry(key, _shown_status(status), "", ref)
+    check = info.result.check if info.result is not None else None
+    mark = "" if check is None else VERDICT_MARKS.get(check.verdict, "?")
+    return _Entry(key, _shown_status(info.status), mark, info.ref, info)
+
+
+def _details(key: str, line: str, info: ThreadInfo) -> str:
+    """An entry's detailed form: its line with the title, then its result, error and origin."""
     result, details = info.result, []
     if result is not None:
         details.append(f"  {result.status}: {_one_line(result.summary, SUMMARY_CHARS)}")
@@ -224,17 +237,9 @@ def _entry(key: str, info: ThreadInfo | None, status: str, ref: str) -> _Entry:
         details.append(f"  fork of {format_ref(info.forked_from.thread_id, info.forked_from.at)}")
     if info.continues is not None:
         details.append(f"  continues {format_ref(info.continues)} (its earlier turns)")
-    check = result.check if result is not None else None
     title = _one_line(info.title, TITLE_CHARS)
-    return _new_entry(
-        key,
-        _shown_status(info.status),
-        "" if check is None else VERDICT_MARKS.get(check.verdict, "?"),
-        info.ref,
-        "" if title == key else title,
-        details,
-        tuple(_one_line(q, QUESTION_CHARS) for q in (result.open_questions if result else ())),
-    )
+    head = line if title == key or not title else f"{line} {title}"
+    return "\n".join([head, *details])
 
 
 def _task_key(row: Dispatch, info: ThreadInfo | None) -> str:
@@ -312,7 +317,7 @@ async def job_ledger(
     # the rows first: a row and its worker are written together, so every row's worker is
     # among the threads read after it
     rows = await store.dispatches.of_job(job_id)
-    threads = await store.list_threads(job_id=job_id, oldest_first=True)
+    threads = await store.list_threads(job_id=job_id, oldest_first=True, prompts=False)
     by_id = {t.id: t for t in threads}
     tasks = []
     for row in rows:
@@ -345,7 +350,7 @@ def _placeholder(job: JobSpec) -> _State:
     ref = format_ref("0" * _ID_CHARS)
     return _State(
         head=_header(job, "0" * _ID_CHARS),
-        tasks=tuple(_new_entry(t.id, status, mark, ref) for t in job.tasks),
+        tasks=tuple(_Entry(t.id, status, mark, ref) for t in job.tasks),
         last_words=(format_ref("0" * _ID_CHARS, _PLACEHOLDER_SEQ), ""),
     )
 
