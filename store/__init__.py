@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     )
     from ._secrets import env_var, secret_variables, take_secrets, taken_secrets
     from ._store import Store
-    from ._stored import construct_model
     from ._transcript import (
         content_json,
         dump_transcript,
@@ -81,6 +80,7 @@ if TYPE_CHECKING:
         UsageRecord,
         Verdict,
         Verification,
+        construct_model,
     )
     from .refs import REF_IN_TEXT, ResolvedRef, ThreadRef, format_ref, new_id, shortest_refs
 
@@ -141,7 +141,7 @@ _WHERE = {
     "Verdict": ".models",
     "Verification": ".models",
     "configured_secrets": "._redact",
-    "construct_model": "._stored",
+    "construct_model": ".models",
     "content_json": "._transcript",
     "database_url": "._engine",
     "dump_transcript": "._transcript",

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import pydantic_core
 from pydantic import BaseModel
@@ -40,9 +40,13 @@ from .models import (
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
+    _new,
+    _set_dict,
+    _set_extra,
+    _set_fields,
+    _set_private,
+    construct_model,
 )
-
-M = TypeVar("M", bound=BaseModel)
 
 _TEXT = ("type", "text")
 _STORED = ("chars", "bytes", "chunks", "head", "tail", "sha256")
@@ -78,26 +82,6 @@ EFFECTS_SHAPES = _EFFECTS
 # own, and pydantic copies it when it copies a model.
 _FIELDS_SET = {keys: set(keys) for keys in (*KNOWN_SHAPES, _STORED, _CHANGE, *_EFFECTS)}
 _MESSAGE_SET = set(Message.model_fields)
-
-# The slots ``model_construct`` fills, set through their descriptors.
-_new = object.__new__
-_set_dict = BaseModel.__dict__["__dict__"].__set__
-_set_fields = BaseModel.__dict__["__pydantic_fields_set__"].__set__
-_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
-_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
-
-
-def construct_model(cls: type[M], values: dict[str, Any], fields_set: set[str]) -> M:
-    """``cls.model_construct(**values)`` for values already valid, without its loop over the
-    fields: ``values`` holds every field, in the model's order (its JSON's order), and
-    ``fields_set`` (shared, never changed) those the caller gave. For the read path's hot loops
-    (here, and the model views of ``workers._request``); public as ``store.construct_model``."""
-    m: M = _new(cls)
-    _set_dict(m, values)
-    _set_fields(m, fields_set)
-    _set_extra(m, None)
-    _set_private(m, None)
-    return m
 
 
 class _Unknown(Exception):

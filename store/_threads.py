@@ -17,9 +17,8 @@ from ._liveness import as_seen
 from ._readsql import THREAD_SELECT
 from ._redact import redact
 from ._sqlite import Tx, as_time, json_value, utcnow
-from ._stored import construct_model
 from .errors import LeaseLost, SourceTaken, StatusError, ThreadNotFound
-from .models import ForkOrigin, Kind, Result, Status, ThreadInfo
+from .models import ForkOrigin, Kind, Result, Status, ThreadInfo, construct_model
 from .refs import format_ref
 
 SELECT = THREAD_SELECT

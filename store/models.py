@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
@@ -357,3 +357,27 @@ class UsageRecord(_Frozen):
     model: str
     usage: Usage
     cost_usd: float = 0.0
+
+
+M = TypeVar("M", bound=BaseModel)
+
+# The slots ``model_construct`` fills, set through their descriptors.
+_new = object.__new__
+_set_dict = BaseModel.__dict__["__dict__"].__set__
+_set_fields = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
+
+
+def construct_model(cls: type[M], values: dict[str, Any], fields_set: set[str]) -> M:
+    """``cls.model_construct(**values)`` for values already valid, without its loop over the
+    fields: ``values`` holds every field, in the model's order (its JSON's order), and
+    ``fields_set`` (shared, never changed) those the caller gave. For the read path's hot loops
+    (``_stored``, ``_threads``, the model views of ``workers._request``); public as
+    ``store.construct_model``."""
+    m: M = _new(cls)
+    _set_dict(m, values)
+    _set_fields(m, fields_set)
+    _set_extra(m, None)
+    _set_private(m, None)
+    return m
