@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from store import Message, ToolResultBlock, ToolUseBlock
+from store import Message, Store, ToolResultBlock, ToolUseBlock
 
 
 @dataclass
@@ -72,6 +73,19 @@ class Env:
         path = self.root / f"{name}.toml"
         path.write_text("\n".join(lines) + "\n")
         return path
+
+
+def db_read(env: Env, fn: Any) -> Any:
+    """``await fn(store)`` on the job's database, from a test that is not async."""
+
+    async def go() -> Any:
+        store = await Store.open(str(env.db))
+        try:
+            return await fn(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(go())
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ carries on; the job sees one task with one result; no request ever exceeds the c
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import re
 import sqlite3
@@ -12,21 +11,10 @@ from typing import Any
 
 from store import Kind, Store, ThreadInfo
 from tests.bigjob import REPORT, big_job, problems
-from tests.e2e.conftest import Env, answered_turns, bash, submit
+from tests.e2e.conftest import Env, answered_turns, bash, db_read, submit
 from tests.fakes.chat_api import FakeChatAPI
 
 WORKER_CEILING = 6000
-
-
-def db_read(env: Env, fn: Any) -> Any:
-    async def go() -> Any:
-        store = await Store.open(str(env.db))
-        try:
-            return await fn(store)
-        finally:
-            await store.close()
-
-    return asyncio.run(go())
 
 
 async def _job_state(store: Store, job_ref: str) -> dict[str, Any]:

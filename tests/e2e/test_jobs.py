@@ -3,12 +3,11 @@ shapes and exit codes of SPEC, budgets, parallelism recorded in the store."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 from store import Kind, Store, ToolResultBlock, ToolUseBlock
-from tests.e2e.conftest import Env, bash, submit
+from tests.e2e.conftest import Env, bash, db_read, submit
 
 RUN_KEYS = {"job", "lead", "ref", "status", "report", "workers", "usage"}
 USAGE_KEYS = {
@@ -48,17 +47,6 @@ def two_task_job(env: Env, name: str = "j") -> Any:
         ],
         extra="max_parallel = 2",
     )
-
-
-def db_read(env: Env, fn: Any) -> Any:
-    async def go() -> Any:
-        store = await Store.open(str(env.db))
-        try:
-            return await fn(store)
-        finally:
-            await store.close()
-
-    return asyncio.run(go())
 
 
 def test_a_job_with_tasks_runs_to_its_report_with_the_spec_json_shape(env: Env) -> None:
