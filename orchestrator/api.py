@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from workers import LoopConfig, LoopEvent, Model, RunOutcome
 
     from .jobs import JobSpec
-    from .runtime import JobRuntime, ModelFactory, ModelKey
+    from .runtime import JobRuntime, Ledger, ModelFactory, ModelKey
     from .runtime.pages import Mode, Page
 
 
@@ -413,6 +413,16 @@ class Orchestrator:
         threads = await self.store.job_tree(focus.job_id)
         totals = {t.thread_id: t for t in await self.store.usage.totals(job_id=focus.job_id)}
         return views.tree_json(focus, threads, totals, empty=Usage())
+
+    async def ledger(self, ref: str) -> Ledger:
+        """The ledger of the job around ``ref`` as its newest lead would hand it off now (SPEC
+        "Jobs larger than one context"): ``runtime.ledger``'s one rendering."""
+        from .chain import newest
+        from .runtime import handoff_ledger, job_of
+
+        root = await self._lead_of(await self._thread(ref))
+        lead = await newest(self.store, root)
+        return await handoff_ledger(self.store, job_of(root), root.id, lead)
 
     async def stats(self, ref: str | None = None) -> dict[str, Any]:
         """SPEC ``stats --json``. With ``ref``: every thread of the job around it and the job's

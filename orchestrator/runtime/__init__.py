@@ -14,19 +14,22 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .job import JobRuntime, ModelFactory, ModelKey, model_key, run_workspace
-    from .ledger import check_lead_context
+    from .ledger import Ledger, check_lead_context, handoff_ledger, job_ledger
     from .pages import DEFAULT_MAX_CHARS, Mode, Page, read_page
     from .threads import create_lead, job_of
 
 _WHERE = {
     "DEFAULT_MAX_CHARS": ".pages",
     "JobRuntime": ".job",
+    "Ledger": ".ledger",
     "Mode": ".pages",
     "ModelFactory": ".job",
     "ModelKey": ".job",
     "Page": ".pages",
     "check_lead_context": ".ledger",
     "create_lead": ".threads",
+    "handoff_ledger": ".ledger",
+    "job_ledger": ".ledger",
     "job_of": ".threads",
     "model_key": ".job",
     "read_page": ".pages",
@@ -36,12 +39,15 @@ _WHERE = {
 __all__ = [
     "DEFAULT_MAX_CHARS",
     "JobRuntime",
+    "Ledger",
     "Mode",
     "ModelFactory",
     "ModelKey",
     "Page",
     "check_lead_context",
     "create_lead",
+    "handoff_ledger",
+    "job_ledger",
     "job_of",
     "model_key",
     "read_page",

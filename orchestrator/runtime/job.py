@@ -64,8 +64,8 @@ from ..jobs import JobSpec
 from . import threads
 from .check import check_result
 from .executors import Executor, executor_for
-from .lead_tools import ReadThreadTool, lead_prefix_tokens, lead_tools, reader_tools
-from .ledger import job_ledger
+from .lead_tools import ReadThreadTool, lead_tools, reader_tools
+from .ledger import handoff_ledger
 
 log = structlog.get_logger("threadloom.runtime")
 
@@ -392,18 +392,8 @@ class JobRuntime:
         """How the lead ``info`` hands off: its successor starts from the job's ledger."""
 
         async def hand_off(lease: Lease, reason: str) -> ThreadInfo:
-            ceiling, prefix = self.job.lead_ceiling, lead_prefix_tokens(info.tools)
             try:
-                ledger = await job_ledger(
-                    self.store,
-                    self.job,
-                    self.lead_id,
-                    # half the ceiling (SPEC), and never more than the prefix leaves of it: the
-                    # successor's first request holds both
-                    budget=min(ceiling // 2, ceiling - prefix),
-                    previous=info,
-                    prefix_tokens=prefix,
-                )
+                ledger = await handoff_ledger(self.store, self.job, self.lead_id, info)
             except LedgerTooLarge as exc:
                 raise HandOffRefused(str(exc)) from None
             new = new_id()

@@ -383,3 +383,20 @@ def check_lead_context(job: JobSpec, *, prefix_tokens: int | None = None) -> int
         budget = job.lead_ceiling // 2
         raise LedgerTooLarge(needed, budget=budget, tasks=len(job.tasks), minimum=minimum)
     return minimum
+
+
+async def handoff_ledger(store: Store, job: JobSpec, job_id: str, lead: ThreadInfo) -> Ledger:
+    """The ledger the lead ``lead`` of job ``job_id`` hands off with: within half its
+    ``lead_context_tokens`` (SPEC), and never more than its system prompt and tools leave of
+    them — the successor's first request holds both."""
+    from .lead_tools import lead_prefix_tokens
+
+    ceiling, prefix = job.lead_ceiling, lead_prefix_tokens(lead.tools)
+    return await job_ledger(
+        store,
+        job,
+        job_id,
+        budget=min(ceiling // 2, ceiling - prefix),
+        previous=lead,
+        prefix_tokens=prefix,
+    )

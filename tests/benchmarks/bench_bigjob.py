@@ -48,8 +48,7 @@ structlog.configure(
 )
 
 from orchestrator import Orchestrator  # noqa: E402
-from orchestrator.runtime import job_of  # noqa: E402
-from orchestrator.runtime.ledger import job_ledger  # noqa: E402
+from orchestrator.runtime import handoff_ledger, job_of  # noqa: E402
 from store import Kind  # noqa: E402
 from tests.bigjob import big_job, largest_requests, problems  # noqa: E402
 from workers import LoopEvent, estimate_tokens  # noqa: E402
@@ -104,7 +103,7 @@ async def run(root: Path, args: argparse.Namespace, ceiling: int | None) -> dict
             renders = []
             for _ in range(5):
                 t1 = time.perf_counter()
-                ledger = await job_ledger(store, spec, job_id, budget=ceiling // 2, previous=newest)
+                ledger = await handoff_ledger(store, spec, job_id, newest)
                 renders.append((time.perf_counter() - t1) * 1e3)
             out["ledger_render_ms_median"] = round(statistics.median(renders), 2)
             out["ledger_tokens"] = ledger.tokens

@@ -4,11 +4,13 @@ carries on; the job sees one task with one result; no request ever exceeds the c
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import re
 import sqlite3
 from typing import Any
 
+from orchestrator import Orchestrator
 from store import Kind, Store, ThreadInfo
 from tests.bigjob import REPORT, big_job, problems
 from tests.e2e.conftest import Env, answered_turns, bash, db_read, submit
@@ -117,6 +119,19 @@ def test_a_lead_whose_context_fills_hands_off_through_the_ledger_and_loses_nothi
         # the ledger is the successor's only user message with text before its first call
         assert not [m for m in first[1:] if m.role == "user" and m.text]
     assert db_read(env, lambda s: problems(s, env.db, leads[0].id, tasks=30, ceiling=ceiling)) == []
+    # the API renders the job's ledger as its newest lead would hand it off now: the same bytes
+    # each time, every task in it, within half the ceiling
+    ledgers = [asyncio.run(_ledger(env, ref)) for ref in (doc["job"], doc["lead"], doc["job"])]
+    assert ledgers[0] == ledgers[1] == ledgers[2]
+    text, tokens = ledgers[0]
+    assert text.startswith("Job ledger: big") and tokens <= ceiling // 2
+    assert all(f"[b{b:03d}-t{t:02d}]" in text for b in range(6) for t in range(5))
+
+
+async def _ledger(env: Env, ref: str) -> tuple[str, int]:
+    async with await Orchestrator.open(str(env.db)) as orch:
+        ledger = await orch.ledger(ref)
+    return ledger.text, ledger.tokens
 
 
 def test_a_lead_context_below_the_jobs_minimum_is_refused_before_anything_is_stored(
