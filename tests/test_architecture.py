@@ -332,7 +332,8 @@ ERRORS = _error_classes()
 
 def test_there_are_error_classes_to_check() -> None:
     names = {e.__name__ for e in ERRORS}
-    assert {"CliError", "JobFileError", "RepoStateError", "ThreadNotFound", "ModelError"} <= names
+    wanted = {"CliError", "UsageError", "JobFileError", "RepoStateError", "ThreadNotFound"}
+    assert wanted | {"ModelError"} <= names
 
 
 @pytest.mark.parametrize("error", ERRORS, ids=[f"{e.__module__}.{e.__qualname__}" for e in ERRORS])
