@@ -15,8 +15,7 @@ from alembic import context
 from sqlalchemy import Connection, pool
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from store._secrets import env_var
-from store._tables import FTS_TABLE, metadata
+from store import FTS_TABLE, env_var, metadata
 
 config = context.config
 

@@ -36,9 +36,13 @@ from store import (
 )
 
 from . import chain, views
-from .errors import CliError
+from .errors import UsageError
 from .outcomes import AskOutcome, JobOutcome
-from .runtime.pages import DEFAULT_MAX_CHARS
+
+# what the doors' read tools say of reading a page (the lead's ``read_thread``, MCP's)
+from .runtime.pages import DEFAULT_MAX_CHARS as DEFAULT_MAX_CHARS
+from .runtime.pages import READ_THREAD_DESCRIPTION as READ_THREAD_DESCRIPTION
+from .runtime.pages import REF_DESCRIPTION as REF_DESCRIPTION
 
 if TYPE_CHECKING:
     from workers import LoopConfig, LoopEvent, Model, RunOutcome
@@ -221,7 +225,7 @@ class Orchestrator:
         parse, a scripted file that cannot be read, a provider's missing key). The thread."""
         resolved = await self.store.resolve(ref)
         if resolved.start is not None:
-            raise CliError(
+            raise UsageError(
                 f"resume takes a thread, not a message or a range ({ref.strip()[:80]}): resume"
                 f" {resolved.thread.ref} continues it from its end; fork {ref.strip()[:80]}"
                 " branches off at that message"
@@ -265,7 +269,7 @@ class Orchestrator:
         from .runtime.lead_tools import ask
 
         if not question.strip():
-            raise CliError("the question is empty: say what you want to know about the thread")
+            raise UsageError("the question is empty: say what you want to know about the thread")
         resolved = await self.store.resolve(ref)
         target = resolved.thread
         job = await self._job_for(target)
@@ -587,4 +591,4 @@ def _canonical(model: str) -> str:
 def check_message(message: str | None) -> None:
     """A message given to a thread says something: an empty one would be stored for good."""
     if message is not None and not message.strip():
-        raise CliError("the message is empty: say what the thread should do next")
+        raise UsageError("the message is empty: say what the thread should do next")

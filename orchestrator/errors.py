@@ -4,7 +4,8 @@ exit code.
 The orchestrator's own error tree; each class carries its exit code (``exit_code``)::
 
     OrchestratorError              exit 1
-    ├── CliError                   exit 2, or the code it is given (a front door's own errors)
+    ├── CliError                   exit 2, or the code it is given (the command line's own)
+    ├── UsageError                 exit 2: a request refused as asked, below the command line
     ├── JobFileError (ValueError)  exit 2: a job file that cannot be run (``jobs``)
     ├── ReadError (ValueError)     exit 2: a page that cannot be read as asked (``runtime.pages``)
     ├── DispatchError (ValueError) exit 2: tasks a dispatch refuses (an id the job used already)
@@ -77,6 +78,16 @@ class CliError(OrchestratorError):
     def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class UsageError(OrchestratorError):
+    """A request refused in one line before anything is done, by the layers below the command
+    line (``api``, ``runtime``, the MCP server, ``exposure``, ``model_policy``): an empty
+    message, a value a flag or a parameter cannot take, something the request needs that is
+    not there (an SDK, a shared database, a reachable cluster, an address to bind). ``CliError``
+    is the command line's own."""
+
+    exit_code = EXIT_USAGE
 
 
 class JobFileError(OrchestratorError, ValueError):

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from .errors import CliError
+from .errors import UsageError
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 MIN_TOKEN_CHARS = 16
@@ -61,11 +61,13 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 def bind(host: str, port: int, *, door: str) -> socket.socket:
-    """A listening socket at ``host:port``, or one line (``CliError``, exit 2) naming ``door``
+    """A listening socket at ``host:port``, or one line (``UsageError``, exit 2) naming ``door``
     and why not: an empty host (it would bind every interface by accident: 0.0.0.0 says so on
     purpose), a host that does not resolve, an address in use or not this machine's."""
     if not host.strip():
-        raise CliError(f"{door}: host: empty; name the address to bind (0.0.0.0: every interface)")
+        raise UsageError(
+            f"{door}: host: empty; name the address to bind (0.0.0.0: every interface)"
+        )
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # resolved apart first: create_server reports a failed lookup as an OSError whose errno is
     # a negative EAI_* code ("Unknown error -2" through strerror), and an over-long label as
@@ -73,15 +75,15 @@ def bind(host: str, port: int, *, door: str) -> socket.socket:
     try:
         socket.getaddrinfo(host, port, family=family, type=socket.SOCK_STREAM)
     except socket.gaierror as err:
-        raise CliError(f"{door}: cannot resolve host {host!r}: {err.strerror}") from None
+        raise UsageError(f"{door}: cannot resolve host {host!r}: {err.strerror}") from None
     except UnicodeError:
-        raise CliError(f"{door}: cannot resolve host {host!r}: not a valid host name") from None
+        raise UsageError(f"{door}: cannot resolve host {host!r}: not a valid host name") from None
     try:
         return socket.create_server((host, port), family=family, backlog=2048)
     except OSError as err:
         # create_server's own message adds "(while attempting to bind on address …)"
         why = os.strerror(err.errno) if err.errno else str(err)
-        raise CliError(f"{door}: cannot listen on {shown_host(host)}:{port}: {why}") from None
+        raise UsageError(f"{door}: cannot listen on {shown_host(host)}:{port}: {why}") from None
 
 
 def shown_host(host: str) -> str:
@@ -122,14 +124,14 @@ def read_token(path: str | Path, *, flag: str = "--token-file") -> str:
         token = p.read_text("utf-8").strip()
     except (OSError, UnicodeDecodeError) as err:
         why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-        raise CliError(f"{flag} {str(path)!r}: cannot read it: {why}") from None
+        raise UsageError(f"{flag} {str(path)!r}: cannot read it: {why}") from None
     if len(token) < MIN_TOKEN_CHARS:
-        raise CliError(
+        raise UsageError(
             f"{flag} {str(path)!r}: the token is {len(token)} characters; at least"
             f" {MIN_TOKEN_CHARS}, e.g. python3 -c 'import secrets; print(secrets.token_urlsafe())'"
         )
     if not TOKEN_PATTERN.match(token):
-        raise CliError(
+        raise UsageError(
             f"{flag} {str(path)!r}: the token holds characters a header cannot carry as they"
             " are (use letters, digits and . _ ~ + / = -)"
         )
@@ -248,7 +250,7 @@ def check_allowed_host(value: str) -> str:
         return str(ip)
     name = _bare(text)
     if not _NAME.match(name):
-        raise CliError(f"--allow-host {value!r}: a host name or address, without a port")
+        raise UsageError(f"--allow-host {value!r}: a host name or address, without a port")
     return name
 
 

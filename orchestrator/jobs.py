@@ -10,16 +10,17 @@ from __future__ import annotations
 import difflib
 import re
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from workers import context_window
-from workers.tools import DEFAULT_WORKER_TOOLS, TOOL_REGISTRY
+from workers.tools import DEFAULT_WORKER_TOOLS, TOOL_REGISTRY, ToolInput
 
-from .errors import JobFileError
+from .errors import DispatchError, JobFileError
 
 DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
 DEFAULT_LEAD_CONTEXT_TOKENS = 100_000
@@ -146,6 +147,48 @@ class TaskSpec(_Strict):
     @classmethod
     def _tools_known(cls, v: list[str] | None) -> list[str] | None:
         return None if v is None else check_tools(v)
+
+
+class TaskInput(ToolInput):
+    """A task for one fresh-context worker: the only thing it is told."""
+
+    # every door takes tasks so (the lead's ``dispatch``, MCP's ``dispatch`` and ``run_job``):
+    # the job file's rules for ids and titles, the worker tools by name
+    id: (
+        Annotated[str, Field(min_length=1, max_length=MAX_TASK_ID_CHARS, pattern=TASK_ID_PATTERN)]
+        | None
+    ) = Field(
+        None,
+        description="A short id unique within the job, e.g. 'tokenizer': a letter or digit,"
+        " then letters, digits, '.', '_' or '-'; default: task-N",
+    )
+    title: str = Field(
+        min_length=1, max_length=MAX_TITLE_CHARS, description=f"What the task is. {TITLE_HELP}"
+    )
+    prompt: str = Field(
+        description="Everything the worker needs: it starts from a fresh context and sees only"
+        " this (name files, failing tests, constraints, what to report)"
+    )
+    tools: list[str] | None = Field(None, description=f"The {TOOLS_HELP}; default: the job's")
+    model: str | None = Field(
+        None, description="This worker's model spec; default: the job's worker model"
+    )
+
+    _title = field_validator("title")(check_title)
+
+    @field_validator("tools")
+    @classmethod
+    def _tools_known(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else check_tools(v)
+
+
+def check_tasks(tasks: Sequence[TaskInput]) -> None:
+    """The rule of one dispatch that no single task can check: ids unique in it
+    (``threads.spawn_workers`` checks them against the job's earlier dispatches)."""
+    ids = [t.id for t in tasks if t.id]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise DispatchError(f"duplicate task id {dupes[0]!r}")
 
 
 class JobSpec(_Strict):

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from .errors import CliError, ModelRefused
+from .errors import ModelRefused, UsageError
 from .jobs import resolve_spec
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def check_endpoint(url: str) -> str:
     try:
         parse_model_spec(f"openai:m@{url}")
     except ModelSpecError:
-        raise CliError(
+        raise UsageError(
             f"--allow-endpoint {url!r}: an http(s) URL, e.g. http://127.0.0.1:11434/v1"
         ) from None
     return endpoint(url)

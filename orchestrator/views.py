@@ -4,7 +4,7 @@ place (``orchestrator.api`` computes them; the CLI's read-only fast path builds 
 plain objects).
 
 Pure functions over either read path's objects: the store's models or the fast path's plain
-ones with the same attribute names (``store._rawmodels``). No click, no rich, and nothing heavy
+ones with the same attribute names (``store.rawread``). No click, no rich, and nothing heavy
 at import (no pydantic: blocks are told by their ``type``, JSON comes from their
 ``model_dump``) — the fast path's start-up time is the point.
 """
@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from store import Message, Result, ThreadInfo, Usage, UsageTotal
-    from store._rawmodels import RawMessage, RawResult, RawThread, RawUsage
+    from store.rawread import RawMessage, RawResult, RawThread, RawUsage
 
     # Either read path's objects: the store's models, or the fast path's plain ones with the
-    # same attribute names (``store._rawmodels``). Nothing here imports pydantic to tell them
+    # same attribute names (``store.rawread``). Nothing here imports pydantic to tell them
     # apart: blocks are told by their ``type``, JSON comes from their ``model_dump``.
     AnyThread = ThreadInfo | RawThread
     AnyMessage = Message | RawMessage

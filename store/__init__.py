@@ -25,8 +25,10 @@ if TYPE_CHECKING:
         redacted,
         refresh_secrets,
     )
+    from ._schema import SCHEMA_HEAD
     from ._secrets import env_var, secret_variables, take_secrets, taken_secrets
     from ._store import Store
+    from ._tables import FTS_TABLE, metadata
     from ._transcript import (
         content_json,
         dump_transcript,
@@ -98,6 +100,7 @@ _WHERE = {
     "DatabaseUnavailable": ".errors",
     "Dispatch": "._dispatches",
     "Effects": ".models",
+    "FTS_TABLE": "._tables",
     "Finding": ".models",
     "ForkOrigin": ".models",
     "ForkPointError": ".errors",
@@ -116,6 +119,7 @@ _WHERE = {
     "RedactingWriter": "._redact",
     "RefError": ".errors",
     "RefSyntaxError": ".errors",
+    "SCHEMA_HEAD": "._schema",
     "SearchQueryError": ".errors",
     "SourceTaken": ".errors",
     "ResolvedRef": ".refs",
@@ -147,6 +151,7 @@ _WHERE = {
     "dump_transcript": "._transcript",
     "env_var": "._secrets",
     "finish_uncancelled": "._engine",
+    "metadata": "._tables",
     "format_ref": ".refs",
     "new_id": ".refs",
     "owner_is_dead": "._liveness",
@@ -166,10 +171,12 @@ _WHERE = {
 
 __all__ = [
     "CONTENT_ADAPTER",
+    "FTS_TABLE",
     "INLINE_LIMIT",
     "MASK",
     "MAX_OUTPUT_BYTES",
     "REF_IN_TEXT",
+    "SCHEMA_HEAD",
     "TERMINAL_STATUSES",
     "AmbiguousRef",
     "Change",
@@ -229,6 +236,7 @@ __all__ = [
     "env_var",
     "finish_uncancelled",
     "format_ref",
+    "metadata",
     "new_id",
     "owner_is_dead",
     "parse_transcript",

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .models import ThreadInfo
 
-# Standard library only at import: the read-only fast path (``store._rawread``) applies the
+# Standard library only at import: the read-only fast path (``store.rawread``) applies the
 # same rule to plain rows without loading pydantic.
 
 

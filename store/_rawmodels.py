@@ -1,4 +1,4 @@
-"""Plain models of the read-only fast path (``store._rawread``): the attribute names of the
+"""Plain models of the read-only fast path (``store.rawread``): the attribute names of the
 store's pydantic models (``ThreadInfo``, ``Message``, the content blocks, ``Result``, ``Usage``)
 and, where the renderers call it, ``model_dump`` giving the same JSON — built from stored rows
 without pydantic.

@@ -1,4 +1,4 @@
-"""What the SQLAlchemy store and the raw ``sqlite3`` reader (``_rawread``) must agree on, in
+"""What the SQLAlchemy store and the raw ``sqlite3`` reader (``rawread``) must agree on, in
 one place: the fork-chain rule, the SQL that walks a chain and reads its segments, and the FTS5
 query syntax and search statement. Standard library only, so the read-only fast path can import
 it without SQLAlchemy."""

@@ -1,6 +1,6 @@
 """The schema revision this code expects, importable without SQLAlchemy.
 
-``store._engine`` (which migrates) and ``store._rawread`` (the read-only fast path, which must
+``store._engine`` (which migrates) and ``store.rawread`` (the read-only fast path, which must
 not import SQLAlchemy) both compare a database's ``alembic_version`` against this one
 constant; a migration that adds a revision bumps it here.
 """

@@ -8,8 +8,15 @@
   ``runtime`` → ``isolation``, with ``errors``, ``views``, ``jobs`` and ``logging`` leaves that
   any layer may use: ``runtime`` imports no front door (nor ``api``), ``isolation`` neither
   ``runtime`` nor a front door, a leaf nothing but a leaf, nothing below a front door
-  imports one, and the CLI reaches the engine only through ``api``;
+  imports one, and no front door reaches the engine (``runtime``, ``isolation``) but through
+  ``api``, not even inside a function;
+- no module imports another package's private module (``_x``, a module or a package, is
+  private to the package that holds it: ``store._sqlite`` to ``store``, ``workers._tokens`` to
+  ``workers``, ``orchestrator.cli._entry`` to ``orchestrator.cli``); a package hands on what
+  others need in its ``__all__``;
 - only ``orchestrator/cli`` imports ``click`` or ``rich``;
+- only the command line (``orchestrator/cli``) names ``CliError``: ``api``, ``runtime`` and the
+  other doors raise the orchestrator's errors (``orchestrator.errors``);
 - each package's ``__init__`` re-exports its public names with a sorted, complete ``__all__``;
 - every error class of the product maps to an exit code (SPEC §Command line);
 - no import cycle among the product's modules (imports inside functions count: a cycle hidden
@@ -31,6 +38,7 @@ PACKAGES = ("store", "workers", "orchestrator", "migrations")
 
 FRONT_DOORS = ("orchestrator.cli", "orchestrator.mcp", "orchestrator.web", "orchestrator.__main__")
 LEAVES = ("orchestrator.errors", "orchestrator.views", "orchestrator.jobs", "orchestrator.logging")
+ENGINE = ("orchestrator.runtime", "orchestrator.isolation")
 MAX_LINES = 650
 
 
@@ -159,10 +167,9 @@ def test_the_orchestrator_points_one_way_down(name: str, path: Path) -> None:
     if not _within(name, FRONT_DOORS):
         doors = {t for t in imported if _within(t, FRONT_DOORS)}
         assert not doors, f"{name} imports a front door: {sorted(doors)}"
-    if _within(name, "orchestrator.cli"):
-        engine = ("orchestrator.runtime", "orchestrator.isolation")
-        below = {t for t in imported if _within(t, engine)}
-        assert not below, f"{name} (the CLI) goes around the API: {sorted(below)}"
+    if _within(name, FRONT_DOORS):
+        below = {t for t in imported if _within(t, ENGINE)}
+        assert not below, f"{name} (a front door) goes around the API: {sorted(below)}"
     if _within(name, "orchestrator.runtime"):
         above = {t for t in imported if _within(t, "orchestrator.api")}
         assert not above, f"{name} (runtime) imports the API above it: {sorted(above)}"
@@ -183,6 +190,70 @@ def test_nothing_below_the_front_doors_imports_click_or_rich_even_lazily() -> No
             continue
         heavy = {t.split(".")[0] for t in _targets(path, types_too=True)} & {"click", "rich"}
         assert not heavy, f"{name} imports {sorted(heavy)}"
+
+
+def _private_to(module: str) -> str | None:
+    """The package ``module`` is private to: the one holding its first ``_x`` part
+    (``store._sqlite`` → ``store``, ``workers.tools._paths`` → ``workers.tools``); None for a
+    public module."""
+    parts = module.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:i])
+    return None
+
+
+PRIVATE_IMPORTS_ALLOWED = {
+    # ``python -m orchestrator`` runs exactly the console script, which pyproject names
+    # ``orchestrator.cli._entry:main``; the package's public ``main`` is the click group's
+    # (the one tests drive), so the one entry is named by its module in both places.
+    ("orchestrator.__main__", "orchestrator.cli._entry"),
+}
+
+
+@pytest.mark.parametrize(("name", "path"), NAMES.items(), ids=list(NAMES))
+def test_no_module_imports_another_packages_private_module(name: str, path: Path) -> None:
+    """Inside a package its modules share their privates; from outside, only what its
+    ``__init__`` hands on (``__all__``) or a public module. Imports inside functions and for
+    types count too: a private module named from outside is a boundary crossed either way."""
+    crossed = sorted(
+        t
+        for t in _targets(path, types_too=True)
+        if t in NAMES
+        and (owner := _private_to(t)) is not None
+        and not _within(name, owner)
+        and (name, t) not in PRIVATE_IMPORTS_ALLOWED
+    )
+    assert not crossed, f"{name} imports another package's private module: {crossed}"
+
+
+def test_the_private_import_allow_list_holds_only_what_is_still_needed() -> None:
+    for name, target in PRIVATE_IMPORTS_ALLOWED:
+        assert target in _targets(NAMES[name], types_too=True), f"{name} → {target}: drop it"
+
+
+def test_only_the_command_line_names_its_cli_error() -> None:
+    """``CliError`` is the command line's own; ``api``, ``runtime``, the MCP server and the
+    leaves raise an ``OrchestratorError`` that carries the same exit code (``UsageError`` for
+    a request refused as asked), so no layer below the CLI speaks in its terms."""
+    named = []
+    for name, path in NAMES.items():
+        if _within(name, ("orchestrator.cli", "orchestrator.errors")):
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            ident = (
+                node.id
+                if isinstance(node, ast.Name)
+                else node.attr
+                if isinstance(node, ast.Attribute)
+                else node.name
+                if isinstance(node, ast.alias)
+                else None
+            )
+            if ident == "CliError":
+                named.append(f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', '?')}")
+    assert not named, f"CliError named below the command line: {named}"
 
 
 def _isort_style(name: str) -> tuple[int, str]:
@@ -261,7 +332,8 @@ ERRORS = _error_classes()
 
 def test_there_are_error_classes_to_check() -> None:
     names = {e.__name__ for e in ERRORS}
-    assert {"CliError", "JobFileError", "RepoStateError", "ThreadNotFound", "ModelError"} <= names
+    wanted = {"CliError", "UsageError", "JobFileError", "RepoStateError", "ThreadNotFound"}
+    assert wanted | {"ModelError"} <= names
 
 
 @pytest.mark.parametrize("error", ERRORS, ids=[f"{e.__module__}.{e.__qualname__}" for e in ERRORS])

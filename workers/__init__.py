@@ -26,7 +26,13 @@ from ._protocol import (
 )
 from ._request import DEFAULT_OUTPUT_CAP, build_request, cap_text
 from ._results import SUBMIT_RESULT, Submission
-from ._tokens import context_window, estimate_tokens, prefix_tokens, request_tokens
+from ._tokens import (
+    BYTES_PER_TOKEN,
+    context_window,
+    estimate_tokens,
+    prefix_tokens,
+    request_tokens,
+)
 from .errors import (
     BadModelResponse,
     ContextTooLong,
@@ -44,6 +50,7 @@ from .providers import make_model, parse_model_spec
 from .tools import DEFAULT_WORKER_TOOLS, TOOL_REGISTRY, Tool, ToolContext, ToolOutput, build_tools
 
 __all__ = [
+    "BYTES_PER_TOKEN",
     "DEFAULT_OUTPUT_CAP",
     "DEFAULT_WORKER_TOOLS",
     "INTERRUPTED_RESULT",

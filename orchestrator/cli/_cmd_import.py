@@ -267,7 +267,7 @@ def _import_jsonl(ctx: click.Context, text: str, name: str, title: str | None) -
 def _read_text(file: str, name: str) -> str:
     """A transcript named (or stdin) as text, ``MAX_FILE`` bytes at most: a device or an
     endless pipe is an error, not a hang on memory."""
-    from ..importers._lines import MAX_FILE
+    from ..importers import MAX_FILE
 
     try:
         if file == "-":

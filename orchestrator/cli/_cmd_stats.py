@@ -118,7 +118,7 @@ def migrate(ctx: click.Context) -> None:
     """
 
     async def go(store: Store) -> Output:
-        from store._schema import SCHEMA_HEAD
+        from store import SCHEMA_HEAD
 
         from ..logging import get_logger
 

@@ -14,7 +14,7 @@ import sys
 
 
 def main() -> None:
-    from store._secrets import take_secrets
+    from store import take_secrets
 
     # first of all: no secret stays in this process's environment (nor in what it spawns),
     # where a worker's bash running as root could read it from /proc (store._secrets)

@@ -1,7 +1,7 @@
 """The fast front of ``ls``, ``show``, ``search`` and ``tree``: the same output, without
 importing SQLAlchemy, pydantic or structlog.
 
-``attempt(argv)`` runs a command line on the read-only path (``store._rawread``) when it can
+``attempt(argv)`` runs a command line on the read-only path (``store.rawread``) when it can
 answer it exactly as the full path would, and returns its exit code; otherwise it returns None
 having written nothing, and the full path (click, the async store) runs the command as always.
 It is taken when all of these hold:
@@ -132,7 +132,7 @@ def database(db: str | None) -> Path | None:
     """The SQLite file ``--db`` names (``THREADLOOM_DB``; default ``.threadloom/threads.db``)
     if the fast path can read it as the full path would: an existing, writable regular file."""
     if db is None:
-        from store._secrets import env_var  # it may hold a password: taken at start
+        from store import env_var  # it may hold a password: taken at start
 
         db = env_var("THREADLOOM_DB") or None
     if db is None:
@@ -183,8 +183,7 @@ def attempt(argv: Sequence[str], *, standalone: bool = False) -> int | None:
     path = database(args.db)
     if path is None:
         return _declined("database")
-    from store._rawmodels import Unsupported
-    from store._rawread import open_at_head
+    from store.rawread import Unsupported, open_at_head
 
     try:
         conn = open_at_head(path)
@@ -250,8 +249,7 @@ def _report(exc: BaseException, *, json_mode: bool) -> int:
 def _view(conn: sqlite3.Connection, args: Args, path: Path) -> View:
     """The command's ``View`` from the raw reader, through the shapes ``orchestrator.api``
     builds from the store (``orchestrator.views``) and the same text builders."""
-    from store import _rawread as raw
-    from store._rawmodels import RawUsage
+    from store import rawread as raw
 
     from .. import views as shapes
     from . import _read_views as views
@@ -283,7 +281,7 @@ def _view(conn: sqlite3.Connection, args: Args, path: Path) -> View:
         view = shapes.ThreadView(
             info,
             raw.messages(conn, info.id, start=first, end=end),
-            usage=sums[0].usage if sums else RawUsage(),
+            usage=sums[0].usage if sums else raw.RawUsage(),
             cost=sums[0].cost_usd if sums else 0.0,
             start=start,
             end=end,
@@ -295,7 +293,7 @@ def _view(conn: sqlite3.Connection, args: Args, path: Path) -> View:
         focus = raw.resolve(conn, args.positional[0])[0]
         threads = raw.job_tree(conn, focus.job_id)
         totals = {t.thread_id: t for t in raw.usage_totals(conn, job_id=focus.job_id)}
-        return views.tree_view(shapes.tree_json(focus, threads, totals, empty=RawUsage()))
+        return views.tree_view(shapes.tree_json(focus, threads, totals, empty=raw.RawUsage()))
     query = args.positional[0]
     job = raw.job_of(conn, opts["--job"]).id if "--job" in opts else None
     hits = raw.search(conn, query, job_id=job, limit=int(opts.get("--limit", _SEARCH_LIMIT)))

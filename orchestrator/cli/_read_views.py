@@ -1,6 +1,6 @@
 """What ``ls``, ``show``, ``tree`` and ``search`` print, built from what either read path
 produced: ``orchestrator.api`` over the store (the full path, ``_cmd_read``) or the read-only
-fast path (``_fast`` over ``store._rawread``), whose plain objects have the same attribute names.
+fast path (``_fast`` over ``store.rawread``), whose plain objects have the same attribute names.
 The ``--json`` documents are ``orchestrator.views``' shapes; the text of ``ls`` and ``tree`` is
 rendered from those documents too, the text of ``show`` and ``search`` from the objects.
 

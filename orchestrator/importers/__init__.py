@@ -26,7 +26,7 @@ from store import Store
 
 from . import claude_code, codex
 from ._draft import COMPACTION_MARK, NO_RESULT, Branch, Session, paused_collector
-from ._lines import Confine, confine, confined, head_objects, stat_of
+from ._lines import MAX_FILE, Confine, confine, confined, head_objects, stat_of
 from ._writer import Writer, Written, ordered
 
 FORMATS = ("auto", "jsonl", "claude-code", "codex")
@@ -276,6 +276,7 @@ async def write_sessions(
 __all__ = [
     "COMPACTION_MARK",
     "FORMATS",
+    "MAX_FILE",
     "NO_RESULT",
     "Branch",
     "Confine",

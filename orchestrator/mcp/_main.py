@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..api import Orchestrator
-from ..errors import CliError
+from ..errors import UsageError
 from ..exposure import bind, expose
 from ._server import Settings, Threadloom
 
@@ -30,7 +30,7 @@ def parse_http(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise CliError(f"--http {value!r}: expected HOST:PORT, e.g. 127.0.0.1:8765")
+        raise UsageError(f"--http {value!r}: expected HOST:PORT, e.g. 127.0.0.1:8765")
     return host, int(port)
 
 

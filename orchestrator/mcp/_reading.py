@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from ..runtime import DEFAULT_MAX_CHARS
-from ..runtime.pages import READ_THREAD_DESCRIPTION, REF_DESCRIPTION
+from ..api import DEFAULT_MAX_CHARS, READ_THREAD_DESCRIPTION, REF_DESCRIPTION
 from ._answers import MAX_PAGE_CHARS, READ_ONLY, Ref, answer, listing, short_titles, tool
 from ._refusals import refusals
 

@@ -23,8 +23,7 @@ from pydantic import Field
 from store import Kind, Status
 
 from ..background import Waited
-from ..jobs import MAX_TITLE_CHARS, TITLE_HELP, JobSpec, WorkerDefaults
-from ..runtime.lead_tools import TaskInput, check_tasks
+from ..jobs import MAX_TITLE_CHARS, TITLE_HELP, JobSpec, TaskInput, WorkerDefaults, check_tasks
 from ._answers import (
     DEFAULT_WAIT_S,
     LIVE,

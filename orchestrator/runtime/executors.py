@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from ..errors import CliError
+from ..errors import UsageError
 
 if TYPE_CHECKING:
     from store import Store, ThreadInfo
@@ -63,14 +63,14 @@ def require_temporal(what: str) -> None:
     try:
         import temporalio  # noqa: F401
     except ImportError:
-        raise CliError(f"{what} needs the Temporal SDK: {TEMPORAL_EXTRA}") from None
+        raise UsageError(f"{what} needs the Temporal SDK: {TEMPORAL_EXTRA}") from None
 
 
 def require_shared_store(store: Store, what: str) -> None:
     """Worker runs on other hosts share the database: it must be PostgreSQL (exit 2 naming it
     otherwise — a SQLite file is one machine's)."""
     if store.db.dialect != "postgresql":
-        raise CliError(
+        raise UsageError(
             f"{what} needs a PostgreSQL --db that every host shares"
             f" (got {store.db.display}); e.g. --db postgresql://user@host/threadloom"
         )

@@ -35,6 +35,7 @@ from store import (
     new_id,
 )
 from workers import (
+    BYTES_PER_TOKEN,
     SUBMIT_RESULT,
     BudgetExhausted,
     CheckHook,
@@ -49,7 +50,6 @@ from workers import (
     make_model,
     run_thread,
 )
-from workers._tokens import BYTES_PER_TOKEN
 from workers.tools import (
     ProcessLimitUnavailable,
     SandboxSettings,

@@ -15,9 +15,9 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Literal, Protocol, TypeVar, cast
+from typing import Any, ClassVar, Literal, Protocol, TypeVar, cast
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from store import (
     REF_IN_TEXT,
@@ -34,16 +34,11 @@ from store.errors import RefError
 from workers import RunOutcome, ScriptError, prefix_tokens
 from workers.tools import Tool, ToolContext, ToolFailure, ToolInput, ToolOutput
 
-from ..errors import DispatchError, ReadError, WorktreeError
+from ..errors import ReadError, WorktreeError
 from ..isolation import merge_refs
 from ..jobs import (
-    MAX_TASK_ID_CHARS,
-    MAX_TITLE_CHARS,
-    TASK_ID_PATTERN,
-    TITLE_HELP,
-    TOOLS_HELP,
-    check_title,
-    check_tools,
+    TaskInput,
+    check_tasks,
 )
 from ..views import claim_lines, marked_snippet
 from .pages import (
@@ -135,48 +130,6 @@ class JobTool(Tool[InputT]):
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
-
-
-class TaskInput(ToolInput):
-    """A task for one fresh-context worker: the only thing it is told."""
-
-    # every door takes tasks so (the lead's ``dispatch``, MCP's ``dispatch`` and ``run_job``):
-    # the job file's rules for ids and titles, the worker tools by name
-    id: (
-        Annotated[str, Field(min_length=1, max_length=MAX_TASK_ID_CHARS, pattern=TASK_ID_PATTERN)]
-        | None
-    ) = Field(
-        None,
-        description="A short id unique within the job, e.g. 'tokenizer': a letter or digit,"
-        " then letters, digits, '.', '_' or '-'; default: task-N",
-    )
-    title: str = Field(
-        min_length=1, max_length=MAX_TITLE_CHARS, description=f"What the task is. {TITLE_HELP}"
-    )
-    prompt: str = Field(
-        description="Everything the worker needs: it starts from a fresh context and sees only"
-        " this (name files, failing tests, constraints, what to report)"
-    )
-    tools: list[str] | None = Field(None, description=f"The {TOOLS_HELP}; default: the job's")
-    model: str | None = Field(
-        None, description="This worker's model spec; default: the job's worker model"
-    )
-
-    _title = field_validator("title")(check_title)
-
-    @field_validator("tools")
-    @classmethod
-    def _tools_known(cls, v: list[str] | None) -> list[str] | None:
-        return None if v is None else check_tools(v)
-
-
-def check_tasks(tasks: Sequence[TaskInput]) -> None:
-    """The rule of one dispatch that no single task can check: ids unique in it
-    (``threads.spawn_workers`` checks them against the job's earlier dispatches)."""
-    ids = [t.id for t in tasks if t.id]
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
-    if dupes:
-        raise DispatchError(f"duplicate task id {dupes[0]!r}")
 
 
 class DispatchInput(ToolInput):

@@ -1,4 +1,4 @@
-"""The fast read path (``orchestrator.cli._fast`` over ``store._rawread``) prints exactly what the
+"""The fast read path (``orchestrator.cli._fast`` over ``store.rawread``) prints exactly what the
 full path prints, and really is taken without SQLAlchemy, pydantic or structlog.
 
 One real database: the demo job run by the CLI, a fork by reference, an import with non-ASCII
@@ -454,7 +454,7 @@ def test_importtime_of_ls_shows_no_sqlalchemy_pydantic_or_structlog(db: Db, tmp_
     )
     assert proc.returncode == 0, proc.stderr
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
-    assert "store._rawread" in imported  # the fast path ran
+    assert "store.rawread" in imported  # the fast path ran
     assert not {m for m in imported if m.split(".")[0] in HEAVY}
 
 
@@ -490,7 +490,7 @@ def test_a_missing_database_goes_the_full_way_is_not_created_and_is_named(
 def test_a_database_behind_the_newest_schema_is_left_to_the_full_path(
     db: Db, tmp_path: Path
 ) -> None:
-    from store import _rawread
+    from store import rawread
     from store._rawmodels import Unsupported
 
     old = tmp_path / "old.db"
@@ -500,8 +500,8 @@ def test_a_database_behind_the_newest_schema_is_left_to_the_full_path(
     conn.commit()
     conn.close()
     with pytest.raises(Unsupported, match="is not at"):
-        _rawread.open_at_head(old)
-    _rawread.open_at_head(db.path).close()
+        rawread.open_at_head(old)
+    rawread.open_at_head(db.path).close()
 
 
 # ----------------------------------------------------------------- the mirrors hold
@@ -589,14 +589,14 @@ def test_a_stored_shape_the_light_models_do_not_know_is_left_to_the_full_path(
 
 
 def test_the_fast_reader_shares_the_stores_rules_rather_than_copying_them() -> None:
-    from store import _engine, _history, _rawread, _readsql, _schema, _search
+    from store import _engine, _history, _readsql, _schema, _search, rawread
 
     assert _engine.SCHEMA_HEAD is _schema.SCHEMA_HEAD
-    assert _rawread.BUSY_TIMEOUT_MS == _engine.BUSY_TIMEOUT_MS
+    assert rawread.BUSY_TIMEOUT_MS == _engine.BUSY_TIMEOUT_MS
     # one definition each, in the SQLAlchemy-free _readsql: a copy would drift
-    assert _rawread.fts5_rows is _search.fts5_rows is _readsql.fts5_rows
-    assert _rawread.segments is _history.segments is _readsql.segments
-    assert _rawread.CHAIN_SQL is _history.CHAIN_SQL
+    assert rawread.fts5_rows is _search.fts5_rows is _readsql.fts5_rows
+    assert rawread.segments is _history.segments is _readsql.segments
+    assert rawread.CHAIN_SQL is _history.CHAIN_SQL
     assert _readsql.fts5_query('foo.py:12 "a phrase" x"y') == '"foo.py:12" "a phrase" "xy"'
     assert _readsql.fts5_query("  ") == ""
     # a fork of b at 3, b a fork of a at 5: #2-7 of the fork is a#2-3, then c#4-7

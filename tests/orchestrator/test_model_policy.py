@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.errors import CliError, ModelRefused
+from orchestrator.errors import ModelRefused, UsageError
 from orchestrator.model_policy import ModelPolicy, endpoint
 from workers import ModelSpecError
 
@@ -76,7 +76,7 @@ def test_the_user_may_allow_endpoints_and_scripted_models(tmp_path: Path) -> Non
     allowed.check("scripted:/elsewhere/other.json")
     with pytest.raises(ModelRefused):
         allowed.check("openai:m@http://10.0.0.6:11434/v1")
-    with pytest.raises(CliError, match="--allow-endpoint 'ftp://x'"):
+    with pytest.raises(UsageError, match="--allow-endpoint 'ftp://x'"):
         policy(tmp_path, endpoints=["ftp://x"])
     with pytest.raises(ModelSpecError):
         allowed.check("function:reply")

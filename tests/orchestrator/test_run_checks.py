@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator import Orchestrator, parse_job
 from orchestrator.background import Background
-from orchestrator.errors import CliError
+from orchestrator.errors import UsageError
 from store import Kind
 from tests.orchestrator.test_cli_helpers import (
     Sample,
@@ -89,7 +89,7 @@ async def test_the_background_runner_refuses_at_once_and_leaves_nothing_behind(
             await bg.resume(sample.ref("other"), "go on", model=None)
         with pytest.raises(ModelSpecError):
             await bg.resume(sample.ref("worker"), "go on", model="bogus")
-        with pytest.raises(CliError, match="the message is empty"):
+        with pytest.raises(UsageError, match="the message is empty"):
             await bg.resume(sample.ref("worker"), " ", model=None)
         with pytest.raises(ModelSpecError, match="ANTHROPIC_API_KEY"):
             await bg.fork(sample.ref("worker"), "try", at=3, model="anthropic:claude-haiku-4-5")

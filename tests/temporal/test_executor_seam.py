@@ -33,4 +33,4 @@ def test_the_local_executor_is_the_default_and_imports_no_temporal() -> None:
 
 def test_temporal_without_the_sdk_names_the_extra() -> None:
     out = _run("temporal", setup="sys.modules['temporalio'] = None")
-    assert out.startswith("CliError 2 ") and "pip install 'threadloom[temporal]'" in out
+    assert out.startswith("UsageError 2 ") and "pip install 'threadloom[temporal]'" in out

@@ -54,12 +54,12 @@ def temporal_address(configured: str | None) -> str:
 
 async def connect(address: str) -> Client:
     """A client of the cluster at ``address``; one line (exit 2) when it cannot be reached."""
-    from ...errors import CliError
+    from ...errors import UsageError
 
     try:
         return await Client.connect(address)
     except Exception as exc:
-        raise CliError(f"cannot reach the Temporal cluster at {address}: {exc}") from None
+        raise UsageError(f"cannot reach the Temporal cluster at {address}: {exc}") from None
 
 
 class TemporalExecutor:

@@ -21,6 +21,9 @@ It answers only what it can answer exactly as the full store would; anything els
 The rules are the store's, shared rather than copied: the liveness rule
 (``_liveness.lease_gone``), ref parsing and id prefixes (``refs``), the fork-chain segments, their
 SQL and the FTS5 query syntax and search statement (``_readsql``).
+
+A public module of the store (the CLI's fast path reads through it), with its plain shapes:
+what it returns and raises is named here, never in ``_rawmodels``.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from ._rawmodels import (
     RawFork,
     RawHit,
     RawMessage,
+    RawResult,
     RawThread,
     RawUsage,
     RawUsageTotal,
@@ -269,3 +273,26 @@ def search(
             raise Unsupported(f"role {role!r}")
         hits.append(RawHit(thread_id, seq, snip, role, marks))
     return hits
+
+
+__all__ = [
+    "KINDS",
+    "STATUSES",
+    "RawMessage",
+    "RawResult",
+    "RawThread",
+    "RawUsage",
+    "Unsupported",
+    "as_seen",
+    "get_thread",
+    "job_of",
+    "job_tree",
+    "list_threads",
+    "message",
+    "messages",
+    "open_at_head",
+    "resolve",
+    "search",
+    "short_refs",
+    "usage_totals",
+]
