@@ -28,17 +28,20 @@ import os
 import re
 import shutil
 import time
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.live.conftest import live_spec
-from tests.live.test_live_model import DEMO, TERMINAL, LiveJob, assert_paired
-from workers.providers import parse_model_spec
+from tests.live.test_live_model import (
+    DEMO,
+    TERMINAL,
+    LiveJob,
+    assert_paired,
+    calls,
+    small_model_cannot,
+)
 
-SMALL_PARAMS = 1_000_000_000
 TASK = (
     "Run the test suite with `python -m unittest` and report how many tests ran, and how many"
     " passed, failed and errored."
@@ -47,29 +50,6 @@ RESUME = "Run `python -m unittest` once more, then call submit_result with the c
 _RAN = re.compile(r"^Ran (\d+) tests? in ", re.MULTILINE)
 _FAILED = re.compile(r"^FAILED \(([^)]*)\)", re.MULTILINE)
 _OK = re.compile(r"^OK\b", re.MULTILINE)
-
-
-def n_params(spec: str) -> int | None:
-    """The model's parameter count as the server reports it (llama.cpp), or None."""
-    parsed = parse_model_spec(spec)
-    if parsed.provider != "openai" or not parsed.base_url:
-        return None
-    url = parsed.base_url.rstrip("/") + "/models"
-    try:
-        with urllib.request.urlopen(url, timeout=10) as answer:
-            models = json.load(answer).get("data") or []
-    except (OSError, ValueError):
-        return None
-    counts = [m.get("meta", {}).get("n_params") for m in models if isinstance(m, dict)]
-    return next((c for c in counts if isinstance(c, int)), None)
-
-
-def small_model_cannot(reason: str) -> None:
-    """``xfail`` the rest of this test when the model is one measured unable to do it."""
-    spec = live_spec()
-    count = n_params(spec) if spec else None
-    if count is not None and count < SMALL_PARAMS:
-        pytest.xfail(f"{count / 1e9:.2f}B parameters: {reason}")
 
 
 def counts_of(output: str) -> dict[str, int] | None:
@@ -137,22 +117,6 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> LiveJob:
     live.out = live.cli("run", "job.toml")
     live.out["wall_s"] = round(time.monotonic() - start, 1)
     return live
-
-
-def calls(shown: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
-    """Each tool call of a transcript with the result that answered it."""
-    answers = {
-        b["tool_use_id"]: b
-        for m in shown["messages"]
-        for b in m["content"]
-        if b["type"] == "tool_result"
-    }
-    return [
-        (b, answers.get(b["id"]))
-        for m in shown["messages"]
-        for b in m["content"]
-        if b["type"] == "tool_use"
-    ]
 
 
 def test_runs(job: LiveJob) -> None:
