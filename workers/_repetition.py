@@ -40,6 +40,8 @@ from dataclasses import dataclass
 
 from store import Message, TextBlock, ToolUseBlock, format_ref
 
+from ._results import SUBMIT_RESULT
+
 MIN_TIMES = 6
 MIN_SPAN = 2000
 SHORT_BLOCK = 32
@@ -49,7 +51,7 @@ PROBES = 64
 CANDIDATES = 8  # next occurrences of a probe tried as its period
 CALL_REFUSED_AT = 3  # the same call this many times in a row: not run, the model is told
 CALL_STOPPED_AT = 4  # and once more after being told: the run stops
-NOT_COUNTED = frozenset({"submit_result"})
+NOT_COUNTED = frozenset({SUBMIT_RESULT})  # bounded by ``LoopConfig.max_invalid_submissions``
 STOPPED_CALL = "not run: the thread was stopped (the same call, turn after turn)"
 
 
