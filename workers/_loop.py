@@ -60,7 +60,7 @@ from ._calls import (
 )
 from ._nudges import EMPTY_REPLY_SUMMARY, nudge_text, reply_text
 from ._protocol import Model, ModelRequest, ModelResponse, ToolSpec, result_nudges
-from ._repetition import repetition
+from ._repetition import STOPPED_CALL, repeated_calls, repetition
 from ._request import DEFAULT_OUTPUT_CAP, RequestBuilder
 from ._results import (
     SUBMIT_RESULT,
@@ -662,7 +662,16 @@ async def _after_turn(
             summary = run.last_text or EMPTY_REPLY_SUMMARY
             run.result = Result(status="partial", summary=summary[:2000])
         return await _finish(run, Status.DONE)
-    outputs = await run_tools(run, uses)
+    again = repeated_calls(run.history)  # the same call turn after turn: told, then stopped
+    stuck = next((r for r in again.values() if r.stops), None)
+    if stuck is not None:
+        await answer(run, uses, {u.id: ToolOutput(STOPPED_CALL, is_error=True) for u in uses})
+        log.warning("turn.repeated_call", seq=turn.seq, tool=stuck.name, times=stuck.times)
+        return await _finish(
+            run, Status.FAILED, error=f"{format_ref(run.thread_id)}: {stuck.describe()}; stopped"
+        )
+    outputs = await run_tools(run, [u for u in uses if u.id not in again])
+    outputs |= {i: ToolOutput(r.refusal(), is_error=True) for i, r in again.items()}
     await answer(run, uses, outputs)
     if run.after_tools is not None:
         try:

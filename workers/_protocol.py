@@ -70,8 +70,8 @@ class Model(Protocol):
     model, sets 1.
 
     Optional too: ``async preflight()`` — raise a ``ModelError`` when the model's endpoint
-    cannot be reached at all (read through ``preflight(models)``; the OpenAI-compatible provider
-    has one). A job asks it of each model before it stores anything.
+    cannot be reached at all (read through ``preflight(models)``; the OpenAI-compatible and the
+    Anthropic providers have one). A job asks it of each model before it stores anything.
     """
 
     @property

@@ -1,4 +1,5 @@
-"""A reply that repeats itself: the same block of text, back to back, over and over.
+"""A reply that repeats itself: the same block of text, back to back, over and over; and a
+model that makes the same tool call again and again.
 
 A small model falls into a loop — the same paragraph, the same JSON object — and writes it until
 the output-token limit; asked to continue, it writes it again. ``repetition(text)`` finds the
@@ -18,11 +19,28 @@ How: a probe (``PROBE`` characters) taken every ``len(text) / PROBES`` character
 further on with ``str.find``; the gap to a next occurrence is a candidate period, confirmed by
 comparing whole blocks forward and back. Linear in the reply with small constants (a 16,000-
 character reply takes well under a millisecond when honest, a few when it loops).
+
+A call made again and again (``repeated_calls(history)``): a small model at temperature 0 copies
+its previous turn — the 0.5B model of issue 26, constrained to real tools, read the workspace
+directory 12 times, told each time it is a directory. A call is *repeated* when the turns just
+before it, with only their tool results between (no user text), each made a call of the same
+name and input. The call made ``CALL_REFUSED_AT`` turns in a row is not run: it is
+answered with a tool error saying the model already has that output, and where (a model that
+re-runs a flaky test once is not refused). A call made again after that (``CALL_STOPPED_AT``)
+stops the run. ``submit_result`` is never counted: its own bounds apply (a result sent back
+once may come back unchanged). It looks back only as far as the run of calls goes, so a turn
+costs the same at message 20 and at message 20,000.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from store import Message, TextBlock, ToolUseBlock, format_ref
+
+from ._results import SUBMIT_RESULT
 
 MIN_TIMES = 6
 MIN_SPAN = 2000
@@ -31,6 +49,10 @@ MIN_SPAN_SHORT = 4000
 PROBE = 32
 PROBES = 64
 CANDIDATES = 8  # next occurrences of a probe tried as its period
+CALL_REFUSED_AT = 3  # the same call this many times in a row: not run, the model is told
+CALL_STOPPED_AT = 4  # and once more after being told: the run stops
+NOT_COUNTED = frozenset({SUBMIT_RESULT})  # bounded by ``LoopConfig.max_invalid_submissions``
+STOPPED_CALL = "not run: the thread was stopped (the same call, turn after turn)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,3 +120,66 @@ def _run_at(text: str, start: int) -> Repetition | None:
         if times >= 2:
             return Repetition(start=back, block=block, times=times)
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class RepeatedCall:
+    """A call of ``name`` made ``times`` times in a row with the same input; the newest earlier
+    one's output is stored at ``output_ref``."""
+
+    name: str
+    times: int
+    output_ref: str
+
+    @property
+    def stops(self) -> bool:
+        return self.times >= CALL_STOPPED_AT
+
+    def refusal(self) -> str:
+        """The tool error that answers the call instead of its output."""
+        return (
+            f"not run: you made this same call ({self.name} with the same input) {self.times}"
+            f" times in a row, and you already have its output at [{self.output_ref}]. Running"
+            " it again gives the same output. Use that output: make a different call (another"
+            " tool, or other input), or finish. The same call once more stops your thread."
+        )
+
+    def describe(self) -> str:
+        return f"the model made the same call ({self.name}) {self.times} times in a row"
+
+
+def call_key(use: ToolUseBlock) -> tuple[str, str]:
+    """What makes two calls the same: the name and the input, key order aside."""
+    return use.name, json.dumps(use.input, sort_keys=True, ensure_ascii=False)
+
+
+def repeated_calls(history: Sequence[Message]) -> dict[str, RepeatedCall]:
+    """The calls of the newest message of ``history`` (an assistant turn) made at least
+    ``CALL_REFUSED_AT`` turns in a row, by tool-use id (the module docstring)."""
+    if not history or history[-1].role != "assistant":
+        return {}
+    found: dict[str, RepeatedCall] = {}
+    for use in history[-1].content:
+        if isinstance(use, ToolUseBlock) and use.name not in NOT_COUNTED:
+            times, ref = _made_before(history, call_key(use))
+            if times + 1 >= CALL_REFUSED_AT:
+                found[use.id] = RepeatedCall(use.name, times + 1, ref)
+    return found
+
+
+def _made_before(history: Sequence[Message], key: tuple[str, str]) -> tuple[int, str]:
+    """How many turns just before the newest one made the call ``key``, and the ref of the
+    message holding the newest one's output. The walk back goes through tool results only: it
+    stops at a turn without that call, or at a user message that says something."""
+    times, ref, answered = 0, "", ""
+    for message in reversed(history[:-1]):
+        if message.role == "user":
+            if any(isinstance(b, TextBlock) and b.text.strip() for b in message.content):
+                break
+            answered = format_ref(message.thread_id, message.seq)
+            continue
+        if not any(isinstance(b, ToolUseBlock) and call_key(b) == key for b in message.content):
+            break
+        times += 1
+        ref = ref or answered
+    return times, ref

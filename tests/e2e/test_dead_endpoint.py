@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 
 from tests.fakes.chat_api import FakeChatAPI
+from tests.fakes.messages_api import FakeMessagesAPI
 
 from .conftest import Env
 
@@ -42,6 +43,34 @@ def test_a_closed_port_fails_at_once_with_one_line_naming_the_url(env: Env) -> N
     assert "connection refused" in line
     assert "retry" not in res.stderr.lower() and "attempts" not in line
     _nothing_stored(env)
+
+
+def test_a_dead_anthropic_base_url_fails_at_once_the_same_way(env: Env) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    path = env.job("adead", [], [{"id": "a", "title": "t", "prompt": "p"}], model="anthropic:m")
+    res = env.run(
+        "run", str(path), env={"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "sk-ant-test"}
+    )
+    assert res.code == 4, res.stderr
+    line = _one_error_line(res.stderr)
+    assert f"anthropic:m: {url} cannot be reached" in line and "connection refused" in line
+    assert "sk-ant-test" not in res.stderr
+    _nothing_stored(env)
+
+
+def test_a_live_anthropic_endpoint_hears_only_the_jobs_requests(env: Env) -> None:
+    with FakeMessagesAPI() as api:
+        api.enqueue({"content": "the report"})
+        res = env.run(
+            "--json",
+            "run",
+            str(env.job("alive_a", [], model="anthropic:m")),
+            env={"ANTHROPIC_BASE_URL": api.base_url, "ANTHROPIC_API_KEY": "sk-ant-test"},
+        )
+        paths = [r.path for r in api.requests]
+    assert res.code == 0, res.stderr
+    assert res.json["report"] == "the report"
+    assert paths == ["/v1/messages"]  # the preflight connected, and sent nothing
 
 
 def test_the_json_error_of_a_dead_worker_endpoint_is_exit_4(env: Env) -> None:

@@ -74,3 +74,26 @@ def test_a_looping_worker_fails_naming_itself_and_the_lead_goes_on_to_its_report
     said = f"{worker['ref']}: the model repeated the same {len(BLOCK)}-character block 60 times"
     assert worker["summary"].startswith(said)
     assert requests == 1
+
+
+def test_a_worker_making_the_same_call_turn_after_turn_is_told_then_stopped(env: Env) -> None:
+    """The 0.5B model's loop of issue 26, as the server sent it: the same ``read_file`` of the
+    workspace, turn after turn. The third is answered with a tool error naming the output it
+    already has; the fourth fails the worker with one line naming it; the lead reports."""
+    dispatch = {"name": "dispatch", "input": {"tasks": [{"id": "x", "title": "X", "prompt": "p"}]}}
+    rules = [{"match": "Job: rcall", "turns": [{"tool_calls": [dispatch]}, {"text": "Report."}]}]
+    same = {"tool_calls": [{"name": "read_file", "arguments": {"path": "."}}]}
+    with FakeChatAPI() as api:
+        api.respond_with(lambda _: same)
+        path = env.job("rcall", rules)
+        res = env.run("--json", "run", str(path), "--worker-model", f"openai:m@{api.base_url}")
+        told = [r["messages"][-1]["content"] for r in api.chat_requests]
+    assert res.code == 1, res.stderr
+    assert res.json["report"] == "Report."
+    [worker] = res.json["workers"]
+    said = f"{worker['ref']}: the model made the same call (read_file) 4 times in a row; stopped"
+    assert worker["status"] == "failed" and worker["summary"] == said
+    assert len(told) == 4  # four replies asked for, three calls answered, none run a fifth time
+    assert "is a directory" in told[1] and "is a directory" in told[2]
+    assert "not run: you made this same call (read_file with the same input) 3 times" in told[3]
+    assert f"you already have its output at [{worker['ref']}#5]" in told[3]

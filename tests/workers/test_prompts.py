@@ -61,5 +61,11 @@ def test_openai_workers_get_short_tool_use_steps_stable_per_model(tmp_path: Path
     assert native.startswith(plain.rstrip("\n")) and "Tool use, step by step" in native
     assert "Tool names: bash, submit_result." in native
     assert "never guess them" in native and "[T-ab12#N]" in native
+    # the first call, spelt out: the 0.5B model otherwise read the workspace's absolute path
+    # (a directory) as a file, turn after turn (issue 26)
+    first = '{"name": "bash", "arguments": {"command": "<the task\'s command>"}}'
+    assert first in native and first in constrained
+    # what "done" means for a fix: the 1.5B model otherwise submitted its diagnosis at once
+    assert "done only when you have changed the code" in native
     assert 'Each reply is one JSON object: {"name": "<tool>"' in constrained
     assert prompt(local) == native and prompt(local, "auto") == native  # same model, same bytes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -603,3 +604,66 @@ async def test_growing_conversation_is_served_mostly_from_cache(
     assert shares[0] == 0.0
     assert read / total >= 0.8
     assert min(shares[2:]) >= 0.8
+
+
+# --- preflight: the endpoint is connected to once, no request sent ------------------------------
+
+
+def _closed_port() -> int:
+    """A loopback port nobody listens on (bound, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_preflight_of_a_live_endpoint_sends_it_no_request(
+    api: FakeMessagesAPI, model: AnthropicModel
+) -> None:
+    await model.preflight()
+    assert api.requests == []  # a connection came and went: nothing recorded, nothing billed
+
+
+async def test_preflight_takes_an_endpoint_that_answers_401_as_alive(
+    api: FakeMessagesAPI,
+) -> None:
+    """Only a connection that fails is "dead": a wrong key is the first request's to report."""
+    m = AnthropicModel(MODEL, api_key="sk-wrong", base_url=api.base_url, max_retries=0)
+    api.inject("body", status=401, body=_auth_error())
+    try:
+        await m.preflight()
+        with pytest.raises(ProviderRejected, match="401"):
+            await m.complete(req(conversation()[:1]))
+    finally:
+        await m.aclose()
+    assert len(api.requests) == 1
+
+
+def _auth_error() -> dict[str, Any]:
+    return {"type": "error", "error": {"type": "authentication_error", "message": "bad key"}}
+
+
+async def test_preflight_of_a_closed_port_is_provider_unavailable_naming_the_url() -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    m = AnthropicModel(MODEL, api_key="sk-test-secret-key", base_url=url)
+    try:
+        with pytest.raises(ProviderUnavailable) as caught:
+            await m.preflight()
+    finally:
+        await m.aclose()
+    said = str(caught.value)
+    assert said.startswith(f"anthropic:{MODEL}: {url}") and "connection refused" in said
+    assert caught.value.attempts == 0 and "sk-test-secret-key" not in said
+
+
+async def test_preflight_reads_anthropic_base_url_as_the_sdk_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", url)
+    m = AnthropicModel(MODEL, api_key="sk-test")
+    try:
+        assert m.base_url.rstrip("/") == url
+        with pytest.raises(ProviderUnavailable, match="connection refused"):
+            await m.preflight()
+    finally:
+        await m.aclose()

@@ -62,8 +62,10 @@ from workers.errors import (
     BadModelResponse,
     ModelError,
     ModelSpecError,
+    ProviderUnavailable,
 )
 
+from ._preflight import unreachable
 from ._pricing import cost_usd
 from ._retry import RetryPolicy, final_error, parse_retry_after
 
@@ -156,6 +158,26 @@ class AnthropicModel:
                 timeout=self._timeout,
             )
         return self._client
+
+    @property
+    def base_url(self) -> str:
+        """Where requests go: ``base_url``, else ``ANTHROPIC_BASE_URL``, else the public API,
+        as the SDK resolves it (making the client connects nowhere)."""
+        return str(self._sdk().base_url)
+
+    async def preflight(self) -> None:
+        """``ProviderUnavailable`` at once when the API's host cannot be connected to at all
+        (``_preflight``: one TCP connection, with the TLS handshake for ``https``, and no
+        request, so it costs no tokens and no quota): asked once before a job stores anything,
+        so a dead ``ANTHROPIC_BASE_URL`` is one line, not every thread's retries. Whatever
+        answers the connection counts as alive: a wrong key or path is the first request's to
+        report, with its own message."""
+        url = self.base_url
+        reason = await unreachable(url)
+        if reason is not None:
+            raise ProviderUnavailable(
+                self._mask(f"{self.spec}: {url} cannot be reached: {reason}"), attempts=0
+            )
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         params = build_params(
