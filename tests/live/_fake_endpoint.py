@@ -5,10 +5,10 @@
 
 It is ``tests.fakes.chat_api.FakeChatAPI`` (which refuses a request that breaks tool pairing, as
 real servers do) answering like a dutiful small model: a worker runs its failing test module with
-``bash``, then calls ``submit_result`` citing the stored output; told something in plain words
-(a resume) it answers in plain text — and, nudged, submits; a reader reads the overview and
-answers citing message 1; the lead writes a one-line report. It proves the suite's plumbing, not
-any model's skill. Stops on SIGTERM/SIGINT or when its stdin closes.
+``bash``, then calls ``submit_result`` citing the stored output and copying its counts; told
+something in plain words (a resume) it answers in plain text — and, nudged, submits; a reader
+reads the overview and answers citing message 1; the lead writes a one-line report. It proves
+the suite's plumbing, not any model's skill. Stops on SIGTERM/SIGINT or when its stdin closes.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from tests.fakes.chat_api import FakeChatAPI
 
 _LABEL = re.compile(r"\[(T-[0-9a-z]+#\d+)\]")
 _TARGET = re.compile(r"Thread to read: (T-[0-9a-z]+)")
+_COUNTS = re.compile(r"^(?:Ran \d+ tests? in \S+|FAILED \([^)]*\)|OK\b.*)$", re.MULTILINE)
 _MODULE = re.compile(r"python -m unittest (tests\.test_\w+)")
 
 
@@ -53,11 +54,12 @@ def reply(request: dict[str, Any]) -> dict[str, Any]:
     command = f"python -m unittest {module.group(1) if module else ''}".strip()
     if last["role"] == "tool":
         evidence = _LABEL.findall(_text(last))
+        counts = " ".join(_COUNTS.findall(_text(last)))  # "Ran 39 tests in 0.004s FAILED (…)"
         return _call(
             "submit_result",
             {
                 "status": "partial",
-                "summary": f"Ran `{command}`; the fake model changes nothing.",
+                "summary": f"Ran `{command}`: {counts}; the fake model changes nothing.",
                 "findings": [{"claim": "the test module was run", "evidence": evidence[:1]}],
                 "verification": [{"command": command, "outcome": "see the evidence"}],
             },
