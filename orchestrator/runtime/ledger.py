@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from store import Dispatch, Kind, Status, Store, ThreadInfo, format_ref, new_id
-from workers import estimate_tokens
+from workers import BYTES_PER_TOKEN, estimate_tokens
 
 from ..errors import LedgerTooLarge
 from ..jobs import JobSpec
@@ -172,27 +172,28 @@ def _question_lines(entries: Sequence[_Entry]) -> list[str]:
 
 
 def _fit(state: _State, budget: int, prefix_tokens: int) -> Ledger:
-    """The most detailed rendering within ``budget``: the fewest oldest entries collapsed
-    (found by bisection: collapsing one more never adds a byte), else the minimal form."""
+    """The most detailed rendering within ``budget``: the fewest oldest entries collapsed, else
+    the minimal form. The estimate is of bytes (``BYTES_PER_TOKEN`` a token), and a detailed
+    entry adds exactly its extra bytes to the text, so the newest entries are expanded one by
+    one from the all-collapsed rendering: only those shown detailed are ever rendered so."""
     n = len(state.entries)
-    text = _render(state, 0)
-    if estimate_tokens(text) <= budget:
-        return Ledger(text, estimate_tokens(text), n, 0)
-    lo, hi = 1, n
-    if estimate_tokens(_render(state, n)) <= budget:
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if estimate_tokens(_render(state, mid)) <= budget:
-                hi = mid
-            else:
-                lo = mid + 1
-        text = _render(state, lo)
-        return Ledger(text, estimate_tokens(text), n, lo)
-    text = _render(state, n, minimal=True)
-    needed = estimate_tokens(text)
-    if needed <= budget:
-        return Ledger(text, needed, n, n)
-    raise LedgerTooLarge(needed, budget=budget, tasks=n, minimum=prefix_tokens + 2 * needed)
+    collapsed = _render(state, n)
+    if estimate_tokens(collapsed) > budget:
+        text = _render(state, n, minimal=True)
+        needed = estimate_tokens(text)
+        if needed <= budget:
+            return Ledger(text, needed, n, n)
+        raise LedgerTooLarge(needed, budget=budget, tasks=n, minimum=prefix_tokens + 2 * needed)
+    room = budget * BYTES_PER_TOKEN - len(collapsed.encode("utf-8", "surrogatepass"))
+    keep = n  # entries [0, keep) stay one line
+    for entry in reversed(state.entries):
+        extra = len(entry.detailed.encode("utf-8", "surrogatepass")) - len(entry.line.encode())
+        if extra > room:
+            break
+        room -= extra
+        keep -= 1
+    text = collapsed if keep == n else _render(state, keep)
+    return Ledger(text, estimate_tokens(text), n, keep)
 
 
 def _one_line(text: str, limit: int) -> str:
