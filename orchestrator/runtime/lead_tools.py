@@ -11,6 +11,7 @@ back to the lead is always bounded: distilled results with refs, pages of at mos
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 from collections.abc import Sequence
@@ -444,9 +445,12 @@ def lead_tools(rt: Runtime) -> list[Tool[Any]]:
     ]
 
 
-def lead_prefix_tokens(tool_names: Sequence[str]) -> int:
+@functools.cache
+def lead_prefix_tokens(tool_names: tuple[str, ...]) -> int:
     """The estimate of a lead request's stable prefix — its system prompt and the specs of
-    ``tool_names`` — the part of ``lead_context_tokens`` no ledger can use."""
+    ``tool_names`` — the part of ``lead_context_tokens`` no ledger can use. The same for the
+    same tools, so worked out once (a spec is pydantic's schema: a millisecond a tool) rather
+    than at each handoff."""
     tools = {t.name: t for t in lead_tools(cast(Runtime, None))}  # specs need no runtime
     return prefix_tokens(lead_system_prompt(), [tools[n].spec() for n in tool_names])
 

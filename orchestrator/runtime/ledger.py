@@ -32,6 +32,8 @@ from workers import BYTES_PER_TOKEN, estimate_tokens
 from ..errors import LedgerTooLarge
 from ..jobs import JobSpec
 from ..views import VERDICT_MARKS
+from .lead_tools import lead_prefix_tokens
+from .threads import lead_tool_names
 
 TITLE_CHARS = 100
 """A task's title in a detailed entry."""
@@ -374,10 +376,7 @@ def check_lead_context(job: JobSpec, *, prefix_tokens: int | None = None) -> int
     ``lead_ceiling`` is below it: the refusal before anything is stored. ``prefix_tokens``:
     the lead's system prompt and tools (default: those a new lead of ``job`` gets)."""
     if prefix_tokens is None:
-        from .lead_tools import lead_prefix_tokens
-        from .threads import lead_tool_names
-
-        prefix_tokens = lead_prefix_tokens(lead_tool_names(job.isolation == "worktree"))
+        prefix_tokens = lead_prefix_tokens(tuple(lead_tool_names(job.isolation == "worktree")))
     needed = _minimal_placeholder_tokens(job)
     minimum = prefix_tokens + 2 * needed
     if job.lead_ceiling < minimum:
@@ -390,9 +389,7 @@ async def handoff_ledger(store: Store, job: JobSpec, job_id: str, lead: ThreadIn
     """The ledger the lead ``lead`` of job ``job_id`` hands off with: within half its
     ``lead_context_tokens`` (SPEC), and never more than its system prompt and tools leave of
     them — the successor's first request holds both."""
-    from .lead_tools import lead_prefix_tokens
-
-    ceiling, prefix = job.lead_ceiling, lead_prefix_tokens(lead.tools)
+    ceiling, prefix = job.lead_ceiling, lead_prefix_tokens(tuple(lead.tools))
     return await job_ledger(
         store,
         job,
