@@ -60,7 +60,7 @@ from ._calls import (
 )
 from ._nudges import EMPTY_REPLY_SUMMARY, nudge_text, reply_text
 from ._protocol import Model, ModelRequest, ModelResponse, ToolSpec, result_nudges
-from ._repetition import STOPPED_CALL, repeated_calls, repetition
+from ._repetition import STOPPED_CALL, repeated_calls, repetition, restarted, restated
 from ._request import DEFAULT_OUTPUT_CAP, RequestBuilder
 from ._results import (
     SUBMIT_RESULT,
@@ -616,7 +616,8 @@ async def _after_turn(
     stop = response.stop_reason
     if stop == "refusal":
         return await _finish(run, Status.FAILED, error="the model refused to continue")
-    loop = repetition(reply_text(response))
+    said = reply_text(response)
+    loop = repetition(said)
     if loop is not None and loop.is_loop:
         # a model in a loop writes the same again when asked to go on: stop it now, its calls
         # (made beside the loop, or recognised inside it) answered and not run
@@ -626,6 +627,13 @@ async def _after_turn(
         return await _finish(
             run, Status.FAILED, error=f"{format_ref(run.thread_id)}: {loop.describe()}; stopped"
         )
+    if stop == "max_tokens" and not uses:
+        again = await _restated(run, said)
+        if isinstance(again, RunOutcome):
+            return again
+        if again is not None:  # said its piece, then began it again: it ends there
+            log.warning("turn.restated", seq=turn.seq, kept=len(again), chars=len(said))
+            said, stop = again, "end_turn"
     if stop == "max_tokens":
         run.cutoffs += 1
         if run.cutoffs > run.config.max_cutoffs:
@@ -649,7 +657,6 @@ async def _after_turn(
         await store_message(run, NewMessage.user("Continue."))
         return None
     if not uses:
-        said = reply_text(response)
         run.last_text = said or run.last_text
         nudge = await _nudge_for(run, empty=not said)
         if nudge is not None:
@@ -685,6 +692,32 @@ async def _after_turn(
     if run.invalid_submissions > run.config.max_invalid_submissions:
         return await _finish(
             run, Status.FAILED, error="submit_result kept failing validation; no result"
+        )
+    return None
+
+
+async def _restated(run: _Run, said: str) -> str | RunOutcome | None:
+    """A reply cut off by the output limit that says its piece again (``restated``): the text
+    up to where it begins again; a reply that, asked to continue, began the cut-off one again
+    (``restarted``): the run fails, naming it; None: a plain cut-off."""
+    cut = restated(said)
+    if cut is not None:
+        return said[:cut].rstrip()
+    previous = run.history[-3] if len(run.history) >= 3 else None
+    asked = run.history[-2] if len(run.history) >= 2 else None
+    if (
+        previous is not None
+        and asked is not None
+        and previous.role == "assistant"
+        and _text_of(asked) == CUT_OFF_TEXT
+        and restarted(_text_of(previous), said)
+    ):
+        log.warning("turn.restarted", seq=run.history[-1].seq)
+        return await _finish(
+            run,
+            Status.FAILED,
+            error=f"{format_ref(run.thread_id)}: asked to continue its cut-off reply, the model"
+            " wrote it again from the start; stopped",
         )
     return None
 

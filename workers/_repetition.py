@@ -20,6 +20,15 @@ further on with ``str.find``; the gap to a next occurrence is a candidate period
 comparing whole blocks forward and back. Linear in the reply with small constants (a 16,000-
 character reply takes well under a millisecond when honest, a few when it loops).
 
+A reply cut off while it says its piece again (``restated(text)``): the 1.5B model of issue 26,
+as the lead, wrote a good report, then the same report again, and again, until the output limit
+— two or three copies a reply, under ``MIN_TIMES``. A reply that hit the output limit and *ends*
+inside a run of one block (``RESTATED_BLOCK`` characters or more) repeated back to back, at
+least ``RESTATED_AGAIN`` characters of it said twice, has said its piece once: it is read as
+ending where the second copy begins (the stored reply is kept whole). A reply asked to continue
+that begins again with what the cut-off reply began with (``restarted``) is the same loop
+seen across two replies.
+
 A call made again and again (``repeated_calls(history)``): a small model at temperature 0 copies
 its previous turn — the 0.5B model of issue 26, constrained to real tools, read the workspace
 directory 12 times, told each time it is a directory. A call is *repeated* when the turns just
@@ -52,6 +61,9 @@ CANDIDATES = 8  # next occurrences of a probe tried as its period
 CALL_REFUSED_AT = 3  # the same call this many times in a row: not run, the model is told
 CALL_STOPPED_AT = 4  # and once more after being told: the run stops
 NOT_COUNTED = frozenset({SUBMIT_RESULT})  # bounded by ``LoopConfig.max_invalid_submissions``
+RESTATED_BLOCK = 64  # a shorter period at the cut-off is a row of dots or zeros: ``repetition``'s
+RESTATED_AGAIN = 256  # characters of the block said a second time, at least
+RESTARTED = 256  # a continuation beginning with this many characters of the cut-off reply
 STOPPED_CALL = "not run: the thread was stopped (the same call, turn after turn)"
 
 
@@ -120,6 +132,51 @@ def _run_at(text: str, start: int) -> Repetition | None:
         if times >= 2:
             return Repetition(start=back, block=block, times=times)
     return None
+
+
+def restated(text: str) -> int | None:
+    """Where the second copy begins when ``text`` (a reply cut off by the output limit) ends
+    inside a run of one block said again back to back (the module docstring); None otherwise.
+    The period is found from the last ``PROBE`` characters: each earlier occurrence, nearest
+    first, is a candidate; of those whose run reaches far enough back, the longest run wins (a
+    line said six times inside a block said twice is not the block)."""
+    n = len(text)
+    if n < RESTATED_BLOCK + RESTATED_AGAIN:
+        return None
+    needle = text[n - PROBE :]
+    at = n - PROBE
+    best: tuple[int, int] | None = None  # (where the run begins, period)
+    for _ in range(CANDIDATES):
+        at = text.rfind(needle, 0, at + PROBE - 1)
+        if at < 0:
+            break
+        period = n - PROBE - at
+        if period < RESTATED_BLOCK:
+            continue
+        begin = _periodic_from(text, period)
+        if n - begin - period >= RESTATED_AGAIN and (best is None or begin < best[0]):
+            best = (begin, period)
+    if best is None:
+        return None
+    begin, period = best
+    # where one copy ends is ambiguous by a rotation: "…done.\n" + "…done.\n" may read as
+    # "…done" + ".\n…done": the cut moves on to the next line start within the block, if any
+    line = text.find("\n", begin + period - 1, begin + 2 * period - 1)
+    return line + 1 if line >= 0 else begin + period
+
+
+def _periodic_from(text: str, period: int) -> int:
+    """The first index from which ``text`` repeats itself with ``period`` to its end."""
+    j = len(text) - period - 1
+    while j >= 0 and text[j] == text[j + period]:
+        j -= 1
+    return j + 1
+
+
+def restarted(previous: str, reply: str) -> bool:
+    """``reply``, asked to continue the cut-off ``previous``, began it again instead."""
+    said = previous.strip()[:RESTARTED]
+    return len(said) == RESTARTED and reply.strip().startswith(said)
 
 
 @dataclass(frozen=True, slots=True)

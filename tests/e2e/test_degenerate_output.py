@@ -97,3 +97,54 @@ def test_a_worker_making_the_same_call_turn_after_turn_is_told_then_stopped(env:
     assert "is a directory" in told[1] and "is a directory" in told[2]
     assert "not run: you made this same call (read_file with the same input) 3 times" in told[3]
     assert f"you already have its output at [{worker['ref']}#5]" in told[3]
+
+
+# what Qwen2.5-Coder 1.5B wrote as the lead of issue 26's count job: a good report, then the same
+# report again until the output limit — two copies a reply, under the loop detector's six
+REPORT = (
+    "## Report\n\n"
+    "- Task `count` ({ref}): failed. The worker ran `python -m unittest`: 39 tests ran, with 1"
+    " failure (test_modulo_binds_like_multiplication) and 2 errors (the tokenizer rejects"
+    " '.'), at {ref}#3; the check verified its one claim.\n"
+    "- Root cause: not investigated; the task asked only for the counts.\n"
+    "- Open: the failure and the errors are unfixed.\n\n"
+)
+
+
+def test_a_lead_that_restates_its_report_to_the_limit_ends_with_it_once(env: Env) -> None:
+    """The report as written once is the job's report: the reply is read as ending where it
+    begins again (the stored reply is kept whole), with no continuation asked."""
+    report = REPORT.format(ref="its thread")  # refs that resolve nowhere would be marked
+    said = "Here is the report.\n\n" + report + report + report[:150]
+    with FakeChatAPI() as api:
+        api.respond_with(lambda _: {"content": said, "finish_reason": "length"})
+        path = env.job("restate", [], model=f"openai:m@{api.base_url}")
+        res = env.run("--json", "run", str(path))
+        requests = len(api.requests)
+    assert res.code == 0, res.stderr
+    assert res.json["report"] == ("Here is the report.\n\n" + report).rstrip()
+    assert requests == 1
+    shown = env.run("--json", "show", res.json["lead"], "--raw")
+    assert shown.json["status"] == "done"
+    [stored] = [m for m in shown.json["messages"] if m["role"] == "assistant"]
+    assert stored["content"][0]["text"] == said.strip()  # append-only: the reply as it came
+
+
+def test_a_reply_asked_to_continue_that_begins_again_is_stopped_naming_it(env: Env) -> None:
+    """One long copy per reply: the first is cut off, and asked to continue, the model writes
+    it again from the start. Stopped at the second reply, not the third cut-off."""
+    report = "".join(f"- finding {i}: module_{i}.py has {i * 7 % 13} issues\n" for i in range(300))
+    with FakeChatAPI() as api:
+        api.respond_with(lambda _: {"content": report, "finish_reason": "length"})
+        path = env.job("restart", [], model=f"openai:m@{api.base_url}")
+        res = env.run("--json", "run", str(path))
+        requests = len(api.requests)
+    assert res.code == 1, res.stderr
+    lead = res.json["lead"]
+    said = (
+        f"{lead}: asked to continue its cut-off reply, the model wrote it again from the start;"
+        " stopped"
+    )
+    assert said in _error_line(res.stderr)
+    assert requests == 2
+    assert env.run("--json", "show", lead).json["error"] == said

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from workers._repetition import MIN_SPAN, MIN_TIMES, SHORT_BLOCK, repetition
+from workers._repetition import MIN_SPAN, MIN_TIMES, SHORT_BLOCK, repetition, restarted, restated
 
 REALSESSIONS = Path("/work/shared/realsessions")
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,3 +121,75 @@ def test_no_long_text_of_the_real_agent_sessions_is_a_loop() -> None:
     found = [r for t in texts if (r := repetition(t)) is not None and r.block >= SHORT_BLOCK]
     worst = max(found, key=lambda r: r.times)
     assert worst.times >= MIN_TIMES and worst.span < MIN_SPAN / 2
+
+
+# ---------------------------------------------------------------- a reply said again at the cut-off
+
+RESTATED = (
+    "## Report\n\n- Task `count` (T-01m9x): failed. 39 tests ran, 1 failure and 2 errors, at"
+    " T-01m9x#3; the check verified its one claim.\n- Open: the failure and the errors.\n"
+)
+
+
+def test_a_cut_off_reply_said_again_ends_where_the_second_copy_begins() -> None:
+    for tail in (0, 40, len(RESTATED) - 1):
+        text = "Here is the report.\n\n" + RESTATED * 3 + RESTATED[:tail]
+        cut = restated(text)
+        assert cut is not None
+        assert text[:cut] == "Here is the report.\n\n" + RESTATED, tail
+
+
+def test_the_copy_is_the_whole_block_not_a_line_said_over_and_over_inside_it() -> None:
+    block = "## Report\n" + "- test_x: ran, passed, verified at T-01m9x#3 (unittest)\n" * 6
+    text = block * 2 + block[:100]
+    cut = restated(text)
+    assert cut is not None and text[:cut] == block
+
+
+def test_honest_cut_off_text_and_short_periods_are_not_restated(tmp_path: Path) -> None:
+    steps = "".join(f"step {i}: checked module_{i}.py, {i * 7 % 13} findings\n" for i in range(200))
+    assert restated(steps) is None
+    assert restated("0, " * 2000) is None  # a short period: the loop detector's business
+    assert restated(RESTATED * 2) is None  # said twice but not over RESTATED_AGAIN characters…
+    assert restated(RESTATED * 4) is not None  # …and over it
+    listing = "".join(f"{i:>6} {'x' * 70}\n" for i in range(300))  # alike lines, never the same
+    assert restated(listing) is None
+
+
+def test_a_continuation_that_begins_the_cut_off_reply_again_is_restarted() -> None:
+    long = "".join(f"- finding {i}: module_{i}.py\n" for i in range(100))
+    assert restarted(long, "  " + long[:400])
+    assert not restarted(long, long[:100])  # too little said the same
+    assert not restarted(long, "- finding 100: module_100.py\n")  # went on, as asked
+
+
+def _assistant_texts(line: str) -> Iterator[str]:
+    """The assistant's text blocks of one line of a Claude Code or Codex session file."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return
+    if not isinstance(record, dict):
+        return
+    kind = record.get("type")
+    message = record.get("message") if kind == "assistant" else record.get("payload")
+    if kind not in ("assistant", "response_item") or not isinstance(message, dict):
+        return
+    if message.get("role") != "assistant":
+        return
+    for block in message.get("content") or []:
+        if isinstance(block, dict) and block.get("type") in ("text", "output_text"):
+            yield str(block.get("text", ""))
+
+
+def test_no_reply_of_the_real_agent_sessions_reads_as_restated() -> None:
+    if not REALSESSIONS.is_dir():
+        pytest.skip(f"{REALSESSIONS} is not on this machine")
+    replies = [
+        text
+        for path in sorted(REALSESSIONS.rglob("*.jsonl"))
+        for line in path.read_text(errors="replace").splitlines()
+        for text in _assistant_texts(line)
+    ]
+    assert sum(len(t) >= 320 for t in replies) > 50  # long replies: reports, plans, reviews
+    assert [t[:200] for t in replies if restated(t) is not None] == []
