@@ -79,9 +79,8 @@ class EditFileTool(BlockingTool[EditFileInput]):
                 "matches exactly once, or set replace_all=true to replace every occurrence"
             )
         replaced = text.replace(old, new) if args.replace_all else text.replace(old, new, 1)
-        replace_contents(
-            open_regular(path, root, write=True, guard=guard), replaced.encode("utf-8")
-        )
+        fd = open_regular(path, root, write=True, guard=guard)
+        replace_contents(fd, replaced.encode("utf-8"), root, path)
         note_write(root)
         done = count if args.replace_all else 1
         text_out = f"Replaced {done} occurrence{'s' if done != 1 else ''} in {shown}"

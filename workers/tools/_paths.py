@@ -347,12 +347,54 @@ def _walk_dirs(root: Path, parts: Iterable[str], *, create: bool) -> tuple[int, 
     return fd, made
 
 
-def replace_contents(fd: int, data: bytes) -> None:
-    """Truncate the open regular file and write ``data`` whole (same inode: permissions, owner
-    and hard links are kept), then close the descriptor."""
+def replace_contents(fd: int, data: bytes, root: Path, path: Path) -> None:
+    """Give the open regular file ``fd`` (at ``path``) the contents ``data`` atomically, then
+    close the descriptor: a reader sees the old contents or the new, never a part (workers that
+    share a directory import each other's modules while they edit them). ``data`` goes to a new
+    file beside it, which takes the old one's mode (and owner, where we may), and is renamed over
+    the name through the directory's descriptor, so a directory swapped for a symlink meanwhile
+    is never followed. A file with other hard links, or whose name no longer holds the file
+    opened, is rewritten in place instead (truncate, write): a rename would cut the links off,
+    or replace a file that was not checked."""
     with os.fdopen(fd, "wb") as file:
+        opened = os.fstat(file.fileno())
+        parts = path.relative_to(root).parts
+        ours = os.geteuid() in (0, opened.st_uid)  # else the new file would change owner
+        if opened.st_nlink == 1 and ours and _rename_over(root, parts, opened, data):
+            return
         file.truncate(0)
         file.write(data)
+
+
+def _rename_over(root: Path, parts: tuple[str, ...], opened: os.stat_result, data: bytes) -> bool:
+    """Write ``data`` to a new file in the directory of ``parts`` and rename it over the last
+    part, if that name still holds the file ``opened``. False: nothing was done."""
+    try:
+        parent, _ = _walk_dirs(root, parts[:-1], create=False)
+    except (OSError, PathChanged):
+        return False
+    name = parts[-1]
+    temp = f".{name}.{os.urandom(4).hex()}.threadloom-write"
+    try:
+        now = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        if (now.st_dev, now.st_ino) != (opened.st_dev, opened.st_ino):
+            return False
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS
+        out = os.open(temp, flags, 0o600, dir_fd=parent)
+        try:
+            with os.fdopen(out, "wb") as new:
+                new.write(data)
+                os.fchmod(new.fileno(), stat.S_IMODE(opened.st_mode))
+                if os.geteuid() == 0 and (opened.st_uid, opened.st_gid) != (0, 0):
+                    os.fchown(new.fileno(), opened.st_uid, opened.st_gid)
+            os.rename(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=parent)
+            raise
+        return True
+    finally:
+        os.close(parent)
 
 
 def make_parent_dirs(root: Path, path: Path) -> list[Path]:

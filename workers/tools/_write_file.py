@@ -53,7 +53,7 @@ class WriteFileTool(BlockingTool[WriteFileInput]):
         except FileExistsError:
             fd = open_regular(path, root, write=True, guard=guard)
             created = False
-        replace_contents(fd, data)
+        replace_contents(fd, data, root, path)
         note_write(root)
         verb = "Created" if created else "Overwrote"
         text = f"{verb} {shown} ({len(data)} bytes)"
