@@ -628,12 +628,12 @@ async def _after_turn(
             run, Status.FAILED, error=f"{format_ref(run.thread_id)}: {loop.describe()}; stopped"
         )
     if stop == "max_tokens" and not uses:
-        again = await _restated(run, said)
-        if isinstance(again, RunOutcome):
-            return again
-        if again is not None:  # said its piece, then began it again: it ends there
-            log.warning("turn.restated", seq=turn.seq, kept=len(again), chars=len(said))
-            said, stop = again, "end_turn"
+        once = await _restated(run, said)
+        if isinstance(once, RunOutcome):
+            return once
+        if once is not None:  # said its piece, then began it again: it ends there
+            log.warning("turn.restated", seq=turn.seq, kept=len(once), chars=len(said))
+            said, stop = once, "end_turn"
     if stop == "max_tokens":
         run.cutoffs += 1
         if run.cutoffs > run.config.max_cutoffs:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -667,3 +669,40 @@ async def test_preflight_reads_anthropic_base_url_as_the_sdk_does(
             await m.preflight()
     finally:
         await m.aclose()
+
+
+@pytest.mark.parametrize("where", ["argument", "environment", "default"])
+def test_the_base_url_is_the_one_the_sdk_would_use(
+    where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    given = None
+    if where == "argument":
+        given = "http://127.0.0.1:9/given"
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/ignored")
+    elif where == "environment":
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/env")
+    ours = AnthropicModel(MODEL, api_key="k", base_url=given).base_url
+    sdk = anthropic.AsyncAnthropic(api_key="k", base_url=given)
+    assert ours.rstrip("/") == str(sdk.base_url).rstrip("/")
+
+
+def test_a_failed_preflight_never_imports_the_sdk() -> None:
+    """The SDK's import (a second or more, several under load) comes with the first request: a
+    job whose endpoint is dead fails without paying it (issue 26: under 2 s)."""
+    code = (
+        "import asyncio, sys\n"
+        "from workers.providers.anthropic import AnthropicModel\n"
+        "from workers.errors import ProviderUnavailable\n"
+        f"m = AnthropicModel('m', api_key='k', base_url='http://127.0.0.1:{_closed_port()}')\n"
+        "try:\n"
+        "    asyncio.run(m.preflight())\n"
+        "except ProviderUnavailable as exc:\n"
+        "    print('refused:', exc)\n"
+        "print('imported' if 'anthropic' in sys.modules else 'not imported')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    assert "refused:" in out and "connection refused" in out
+    assert out.strip().endswith("not imported")

@@ -36,13 +36,17 @@ other 4xx are ``ProviderRejected``; a retryable failure on the last attempt is
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
+import os
 import re
+import sys
 import typing
 from collections.abc import Sequence
-from typing import Any, cast
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, cast
 
-import anthropic
 import structlog
 
 from store import (
@@ -68,6 +72,27 @@ from workers.errors import (
 from ._preflight import unreachable
 from ._pricing import cost_usd
 from ._retry import RetryPolicy, final_error, parse_retry_after
+
+if TYPE_CHECKING:
+    import anthropic
+
+# where the SDK sends requests without ``base_url`` nor ``ANTHROPIC_BASE_URL``
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+
+
+def _sdk_module() -> ModuleType:
+    """The SDK, imported on first use: a second or more (several on a loaded machine), which a
+    job's preflight, and a job that fails it, never pay."""
+    import anthropic
+
+    return anthropic
+
+
+async def _loaded_sdk() -> ModuleType:
+    """The SDK, its first import run off the event loop (other threads go on meanwhile)."""
+    module = sys.modules.get("anthropic")
+    return module if module is not None else await asyncio.to_thread(_sdk_module)
+
 
 log = structlog.get_logger(__name__)
 
@@ -150,7 +175,7 @@ class AnthropicModel:
 
     def _sdk(self) -> anthropic.AsyncAnthropic:
         if self._client is None:
-            self._client = anthropic.AsyncAnthropic(
+            self._client = _sdk_module().AsyncAnthropic(
                 api_key=self._api_key,
                 auth_token=self._auth_token if not self._api_key else None,
                 base_url=self._base_url,
@@ -162,8 +187,8 @@ class AnthropicModel:
     @property
     def base_url(self) -> str:
         """Where requests go: ``base_url``, else ``ANTHROPIC_BASE_URL``, else the public API,
-        as the SDK resolves it (making the client connects nowhere)."""
-        return str(self._sdk().base_url)
+        as the SDK resolves it, without importing it (a test holds the two equal)."""
+        return self._base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
 
     async def preflight(self) -> None:
         """``ProviderUnavailable`` at once when the API's host cannot be connected to at all
@@ -183,6 +208,7 @@ class AnthropicModel:
         params = build_params(
             request, model=self._model, max_tokens=self._max_tokens or request.max_tokens
         )
+        anthropic = await _loaded_sdk()
         client = self._sdk()
         attempt = 0
         while True:
@@ -370,19 +396,21 @@ _SKIPPED_BLOCKS = frozenset(
 )
 
 
+@functools.cache
+def _known_blocks() -> frozenset[str]:
+    return _sdk_block_types() | _SKIPPED_BLOCKS
+
+
 def _sdk_block_types() -> frozenset[str]:
     """Every content-block type this SDK knows (``anthropic.types.ContentBlock``): the ones we
     do not translate are skipped; a type nobody knows means the server does not speak the API."""
     found: set[str] = set()
-    for union in typing.get_args(anthropic.types.ContentBlock):
+    for union in typing.get_args(_sdk_module().types.ContentBlock):
         for member in typing.get_args(union) or (union,):
             field = getattr(member, "model_fields", {}).get("type")
             if field is not None:
                 found.update(a for a in typing.get_args(field.annotation) if isinstance(a, str))
     return frozenset(found)
-
-
-_KNOWN_BLOCKS = _sdk_block_types() | _SKIPPED_BLOCKS
 
 
 def _json_kind(value: object) -> str:
@@ -428,7 +456,7 @@ def _block(raw: object, i: int) -> ContentBlock | None:
             # not an object: kept for the loop to refuse as tool input, so the model hears why
             input=tool_input if isinstance(tool_input, dict) else {"_raw": tool_input},
         )
-    if kind in _KNOWN_BLOCKS:
+    if kind in _known_blocks():
         log.debug("model.block_skipped", provider="anthropic", type=kind)
         return None
     raise _ShapeError(f"{where} has the unknown type {kind[:40]!r}")
