@@ -159,10 +159,20 @@ def restated(text: str) -> int | None:
     if best is None:
         return None
     begin, period = best
+    period = _smallest_period(text[begin : begin + period])  # one line said 39 times: the line
     # where one copy ends is ambiguous by a rotation: "…done.\n" + "…done.\n" may read as
     # "…done" + ".\n…done": the cut moves on to the next line start within the block, if any
     line = text.find("\n", begin + period - 1, begin + 2 * period - 1)
     return line + 1 if line >= 0 else begin + period
+
+
+def _smallest_period(block: str) -> int:
+    """The shortest ``d`` such that ``block`` is one piece of ``d`` characters said over."""
+    n = len(block)
+    for d in range(1, n // 2 + 1):
+        if n % d == 0 and block[d:] == block[:-d]:
+            return d
+    return n
 
 
 def _periodic_from(text: str, period: int) -> int:

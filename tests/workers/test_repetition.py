@@ -193,3 +193,14 @@ def test_no_reply_of_the_real_agent_sessions_reads_as_restated() -> None:
     ]
     assert sum(len(t) >= 320 for t in replies) > 50  # long replies: reports, plans, reviews
     assert [t[:200] for t in replies if restated(t) is not None] == []
+
+
+def test_one_sentence_said_to_the_limit_is_kept_once() -> None:
+    """What the 1.5B lead sent (live, issue 26): one 51-character sentence 39 times and a part,
+    2,015 characters — just under the loop detector's span — cut off by the output limit."""
+    line = "The test suite failed with 1 failure and 2 errors.\n"
+    text = line * 39 + line[:26]
+    loop = repetition(text)
+    assert loop is not None and not loop.is_loop
+    cut = restated(text)
+    assert cut is not None and text[:cut] == line
