@@ -14,7 +14,8 @@ Knobs (environment): ``THREADLOOM_LIVE_TASKS`` — the demo tasks to run, comma-
 1800); ``THREADLOOM_LIVE_MAX_PARALLEL`` (default 1: one server slot);
 ``THREADLOOM_LIVE_MAX_OUTPUT_TOKENS``, ``THREADLOOM_LIVE_REQUEST_TIMEOUT_S`` and
 ``THREADLOOM_LIVE_BUDGET`` (``[job]`` ``max_output_tokens``, ``request_timeout_s``,
-``budget_tokens``; unset: the defaults). ``THREADLOOM_LIVE_KEEP=DIR`` keeps the database and
+``budget_tokens``; unset: the defaults), ``THREADLOOM_LIVE_TOOL_CALLS`` (``[job] tool_calls``
+for ``openai:`` models; default ``constrained``). ``THREADLOOM_LIVE_KEEP=DIR`` keeps the database and
 the sample there to look at afterwards (``threadloom --db DIR/threads.db tree …``).
 
 Only what a real model can be held to is asserted: every thread ends in a terminal status, every
@@ -126,6 +127,9 @@ def write_job(root: Path, spec: str, task_ids: list[str]) -> Path:
         lines.append(f"max_output_tokens = {int(tokens)}")
     if timeout := os.environ.get("THREADLOOM_LIVE_REQUEST_TIMEOUT_S"):
         lines.append(f"request_timeout_s = {float(timeout)}")
+    if spec.startswith("openai:"):  # as test_live_count: small models need their calls shaped
+        mode = os.environ.get("THREADLOOM_LIVE_TOOL_CALLS") or "constrained"
+        lines.append(f"tool_calls = {json.dumps(mode)}")
     lines += [
         "",
         "[job.worker]",
