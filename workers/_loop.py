@@ -617,8 +617,16 @@ async def _after_turn(
     if stop == "refusal":
         return await _finish(run, Status.FAILED, error="the model refused to continue")
     said = reply_text(response)
+    once: str | RunOutcome | None = None
+    if stop == "max_tokens" and not uses:
+        once = await _restated(run, said)
+        if isinstance(once, RunOutcome):
+            return once
     loop = repetition(said)
-    if loop is not None and loop.is_loop:
+    # a lead's or a reader's text is its output (the report, the answer): cut off inside a
+    # loop, what it said before the loop began again is kept. A worker's output is its
+    # submit_result: its loop stops it, as any thread's loop that did not run to the cut-off
+    if loop is not None and loop.is_loop and (once is None or run.kind == Kind.WORKER):
         # a model in a loop writes the same again when asked to go on: stop it now, its calls
         # (made beside the loop, or recognised inside it) answered and not run
         if uses:
@@ -627,13 +635,15 @@ async def _after_turn(
         return await _finish(
             run, Status.FAILED, error=f"{format_ref(run.thread_id)}: {loop.describe()}; stopped"
         )
-    if stop == "max_tokens" and not uses:
-        once = await _restated(run, said)
-        if isinstance(once, RunOutcome):
-            return once
-        if once is not None:  # said its piece, then began it again: it ends there
-            log.warning("turn.restated", seq=turn.seq, kept=len(once), chars=len(said))
-            said, stop = once, "end_turn"
+    if once is not None:  # said its piece, then began it again: it ends there
+        seen = loop.describe() if loop is not None and loop.is_loop else "the model said it again"
+        log.warning(
+            "turn.restated",
+            message=f"{format_ref(run.thread_id)}: {seen} until the output limit; its reply is"
+            f" kept up to where it began again ({len(once):,} of {len(said):,} characters)",
+            seq=turn.seq,
+        )
+        said, stop = once, "end_turn"
     if stop == "max_tokens":
         run.cutoffs += 1
         if run.cutoffs > run.config.max_cutoffs:

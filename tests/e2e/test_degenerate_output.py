@@ -19,17 +19,32 @@ def _error_line(stderr: str) -> str:
     return line
 
 
-def test_a_reply_repeating_one_block_to_the_output_limit_is_stopped_at_once(env: Env) -> None:
+def test_a_lead_looping_to_the_output_limit_keeps_what_it_said_once_and_says_so(env: Env) -> None:
+    """A lead's text is its report: cut off inside a loop, the reply is kept up to where the
+    loop began again — no continuation asked — and a warning names the thread and the loop."""
     with FakeChatAPI() as api:
         api.respond_with(lambda _: {"content": looping(), "finish_reason": "length"})
         res = env.run("--json", "run", str(env.job("loop", [], model=f"openai:m@{api.base_url}")))
         requests = len(api.requests)
+    assert res.code == 0, res.stderr
+    lead = res.json["lead"]
+    assert res.json["report"] == ("Here is the result of the task:\n\n" + BLOCK).strip()
+    said = f"{lead}: the model repeated the same {len(BLOCK)}-character block 60 times until"
+    assert said in res.stderr and "turn.restated" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert requests == 1  # no "continue exactly where it stopped" after a loop
+    assert env.run("--json", "show", lead).json["status"] == "done"
+
+
+def test_a_loop_that_ends_by_itself_stops_the_thread_naming_it(env: Env) -> None:
+    """Not cut off: the model looped and stopped on its own. Its thread fails, one line."""
+    with FakeChatAPI() as api:
+        api.respond_with(lambda _: {"content": looping(), "finish_reason": "stop"})
+        res = env.run("--json", "run", str(env.job("stop", [], model=f"openai:m@{api.base_url}")))
     assert res.code == 1, res.stderr
     lead = res.json["lead"]
     said = f"{lead}: the model repeated the same {len(BLOCK)}-character block 60 times; stopped"
     assert said in _error_line(res.stderr)
-    assert "Traceback" not in res.stderr
-    assert requests == 1  # no "continue exactly where it stopped" after a loop
     shown = env.run("--json", "show", lead)
     assert shown.json["status"] == "failed"
     assert shown.json["error"] == said

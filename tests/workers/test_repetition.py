@@ -204,3 +204,24 @@ def test_one_sentence_said_to_the_limit_is_kept_once() -> None:
     assert loop is not None and not loop.is_loop
     cut = restated(text)
     assert cut is not None and text[:cut] == line
+
+
+def test_the_demo_leads_report_then_loop_keeps_the_report() -> None:
+    """What the 1.5B lead sent on the demo (live, issue 26): three lines, then two of them said
+    over 18 times to the output limit — a loop (the thread would fail), and cut off inside it:
+    a lead keeps what it said up to where the loop began again."""
+    one = "The tokenizer test failed due to an unexpected character '.' at position 1.\n"
+    two = (
+        "The parser test is failing due to an identical old and new string. The same call has"
+        " already been made and has the same output. Use a different call or finish the thread.\n"
+    )
+    three = (
+        "The same call to edit_file with the same input was made 3 times in a row, and the output"
+        " is the same. Use the output: make a different call (another tool, or other input), or"
+        " finish.\n"
+    )
+    text = one + two + three + (one + two) * 18 + one[:40]
+    loop = repetition(text)
+    assert loop is not None and loop.is_loop and loop.block == len(one + two)
+    cut = restated(text)
+    assert cut is not None and text[:cut] == one + two + three + one + two
