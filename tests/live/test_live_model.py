@@ -14,9 +14,10 @@ Knobs (environment): ``THREADLOOM_LIVE_TASKS`` — the demo tasks to run, comma-
 1800); ``THREADLOOM_LIVE_MAX_PARALLEL`` (default 1: one server slot);
 ``THREADLOOM_LIVE_MAX_OUTPUT_TOKENS``, ``THREADLOOM_LIVE_REQUEST_TIMEOUT_S`` and
 ``THREADLOOM_LIVE_BUDGET`` (``[job]`` ``max_output_tokens``, ``request_timeout_s``,
-``budget_tokens``; unset: the defaults), ``THREADLOOM_LIVE_TOOL_CALLS`` (``[job] tool_calls``
-for ``openai:`` models; default ``constrained``). ``THREADLOOM_LIVE_KEEP=DIR`` keeps the database and
-the sample there to look at afterwards (``threadloom --db DIR/threads.db tree …``).
+``budget_tokens``; unset: the defaults), ``THREADLOOM_LIVE_TOOL_CALLS`` (``[job]
+tool_calls`` for ``openai:`` models; default ``constrained``). ``THREADLOOM_LIVE_KEEP=DIR``
+keeps the database and the sample there to look at afterwards (``threadloom --db
+DIR/threads.db tree …``).
 
 Only what a real model can be held to is asserted: every thread ends in a terminal status, every
 stored transcript keeps the pairing invariant, evidence refs and citations resolve, a resume
