@@ -235,7 +235,7 @@ class AskThreadTool(JobTool[AskThreadInput]):
             target = (await self.rt.store.resolve(args.ref)).thread
         except RefError as err:
             raise ToolFailure(str(err)) from None
-        got = await ask(self.rt, target, args.question)
+        got = await ask(self.rt, await self.rt.create_reader(target, args.question))
         if got.outcome.status != Status.DONE:
             raise ToolFailure(
                 f"the reader {got.reader.ref} ended {got.outcome.status}:"
@@ -266,18 +266,9 @@ class Answer:
     unresolved: list[str] = field(default_factory=list)
 
 
-async def ask(
-    rt: Runtime,
-    target: ThreadInfo,
-    question: str,
-    *,
-    model: str | None = None,
-    focus: str | None = None,
-) -> Answer:
-    """Run a reader on ``target``'s transcript (or ``focus``, a range of it) to answer
-    ``question`` — the one implementation of the lead's ``ask_thread`` and the command line's
-    ``ask`` — and check its citations."""
-    reader = await rt.create_reader(target, question, model=model, focus=focus)
+async def ask(rt: Runtime, reader: ThreadInfo) -> Answer:
+    """Run a reader (``Runtime.create_reader``) and check its answer's citations: the one
+    implementation of the lead's ``ask_thread`` and every door's ``ask`` (``session``)."""
     outcome = await rt.run(reader)
     if outcome.status != Status.DONE:
         return Answer(reader, outcome)
