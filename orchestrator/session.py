@@ -34,7 +34,6 @@ from store import (
     ThreadInfo,
     ThreadRef,
     finish_uncancelled,
-    format_ref,
     new_id,
 )
 
@@ -266,22 +265,7 @@ class JobSession:
         rt.model(spec, worker=True)  # built now: refused before the reader is stored
         focus = resolved.ref if resolved.start else None
         reader = await rt.create_reader(target, question, model=spec, focus=focus)
-
-        async def answered() -> AskOutcome:
-            got = await ask(rt, reader)
-            return AskOutcome(
-                answer=got.answer,
-                citations=got.citations,
-                unresolved=got.unresolved,
-                reader=reader.ref,
-                job=format_ref(job_id),
-                status=got.outcome.status,
-                usage=got.outcome.usage,
-                error=got.outcome.error,
-                exception=got.outcome.exception,
-            )
-
-        return self._start(reader, job_id, answered())
+        return self._start(reader, job_id, ask(rt, reader))
 
     async def resume(
         self,
