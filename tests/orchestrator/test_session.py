@@ -4,25 +4,28 @@ that outlives the call — waited for, or cancelled (marked ``cancelled``, resum
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 from orchestrator import JobOutcome, Orchestrator, Run, load_job
 from store import Kind, Status
-from tests.orchestrator.test_api import SUBMIT, write_job
 
+SUBMIT = {"tool_calls": [{"name": "submit_result", "input": {"status": "done", "summary": "ok"}}]}
 LONG = {"tool_calls": [{"name": "bash", "input": {"command": "sleep 120"}}]}
+RULES = [
+    {"match": "Job: api", "turns": [{"text": "report"}]},
+    {"match": "(?m)^Task long", "turns": [LONG, SUBMIT]},
+    {"match": "(?m)^Task ", "turns": [SUBMIT]},
+    {"match": "Question", "turns": [{"text": "it said ok"}]},
+]
 
 
 async def test_runs_are_handles_to_wait_on_or_cancel(tmp_path: Path) -> None:
-    job = write_job(
-        tmp_path,
-        0,
-        [
-            {"match": "Job: api", "turns": [{"text": "report"}]},
-            {"match": "(?m)^Task long", "turns": [LONG, SUBMIT]},
-            {"match": "(?m)^Task ", "turns": [SUBMIT]},
-            {"match": "Question", "turns": [{"text": "it said ok"}]},
-        ],
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "script.json").write_text(json.dumps({"rules": RULES}))
+    job = tmp_path / "job.toml"
+    job.write_text(
+        '[job]\nname = "api"\ngoal = "g"\nworkspace = "ws"\nmodel = "scripted:script.json"\n'
     )
     async with await Orchestrator.open(str(tmp_path / "t.db")) as orch, orch.session() as s:
         started = await s.start_job(load_job(job))
