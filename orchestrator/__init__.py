@@ -3,8 +3,9 @@
 Public names are loaded on first access, so ``threadloom --help`` (which imports
 ``orchestrator.cli``) does not pay for the store, the runtime or any SDK.
 
-Layers point one way: ``cli`` (and the other front doors, ``mcp``, ``web``) → ``api`` →
-``runtime`` → ``isolation``; ``errors``, ``views`` and ``jobs`` are leaves any layer may use.
+Layers point one way: ``cli`` (and the other front doors, ``mcp``, ``web``) → ``api`` (and
+``session``, which runs) → ``runtime`` → ``isolation``; ``errors``, ``views`` and ``jobs`` are
+leaves any layer may use.
 """
 
 from __future__ import annotations
@@ -19,16 +20,19 @@ if TYPE_CHECKING:
     from .outcomes import AskOutcome, JobOutcome, WorkerSummary
     from .runtime.job import JobRuntime
     from .runtime.pages import Page, read_page
+    from .session import JobSession, Run
 
 _WHERE = {
     "AskOutcome": ".outcomes",
     "JobFileError": ".errors",
     "JobOutcome": ".outcomes",
     "JobRuntime": ".runtime.job",
+    "JobSession": ".session",
     "JobSpec": ".jobs",
     "Orchestrator": ".api",
     "Page": ".runtime.pages",
     "ReadError": ".errors",
+    "Run": ".session",
     "TaskSpec": ".jobs",
     "WorkerDefaults": ".jobs",
     "WorkerSummary": ".outcomes",
@@ -42,10 +46,12 @@ __all__ = [
     "JobFileError",
     "JobOutcome",
     "JobRuntime",
+    "JobSession",
     "JobSpec",
     "Orchestrator",
     "Page",
     "ReadError",
+    "Run",
     "TaskSpec",
     "WorkerDefaults",
     "WorkerSummary",

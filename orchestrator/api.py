@@ -7,7 +7,8 @@ async with Orchestrator.open(".threadloom/threads.db") as orch:
     shown = await orch.show(outcome.ref)          # SPEC ``show --json``, as every front door
     answer = await orch.ask(outcome.workers[0].ref, "Why did the first run fail?")
 
-Running (``run_job``, ``dispatch``, ``resume``, ``fork``) goes through ``orchestrator.runtime``;
+Running (``run_job``, ``dispatch``, ``resume``, ``fork``, ``ask``) is a run of a job session
+(``orchestrator.session``: the one implementation, which returns handles) waited for at once;
 reading (``show``, ``tree``, ``stats``, ``list_threads``, ``search``, ``read``) answers in the SPEC
 JSON shapes of ``orchestrator.views``, so no front door computes a shape another needs too. The
 runtime and the worker SDKs are imported on first run only: a front door that only reads (``ls``
@@ -22,21 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from store import (
-    Kind,
-    NewMessage,
-    SearchHit,
-    Status,
-    Store,
-    ThreadInfo,
-    ThreadRef,
-    Usage,
-    format_ref,
-    new_id,
-)
+from store import SearchHit, Store, ThreadInfo, Usage
 
-from . import chain, views
-from .errors import UsageError
+from . import views
 from .outcomes import AskOutcome, JobOutcome
 
 # what the doors' read tools say of reading a page (the lead's ``read_thread``, MCP's)
@@ -50,6 +39,7 @@ if TYPE_CHECKING:
     from .jobs import JobSpec
     from .runtime import JobRuntime, Ledger, ModelFactory, ModelKey
     from .runtime.pages import Mode, Page
+    from .session import JobSession
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,57 +100,19 @@ class Orchestrator:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    # ------------------------------------------------------------------ jobs
+    # ------------------------------------------------------------------ running (``session``)
 
-    async def run_job(
-        self,
-        job: JobSpec | str | os.PathLike[str],
-        *,
-        on_lead: Callable[[ThreadInfo], None] | None = None,
-        **overrides: Any,
-    ) -> JobOutcome:
-        """Run a job (a ``JobSpec`` or a job file) to the end. ``on_lead`` is told the lead as
-        soon as it is stored: a caller that does not wait for the end needs its ref at once
-        (``orchestrator.background``)."""
-        from .isolation import record_job_base, start_job
-        from .jobs import JobSpec, load_job
-        from .runtime import create_lead
+    def session(self, **kw: Any) -> JobSession:
+        """The one place a job's runs start (``session.JobSession``): each returns a handle to
+        wait on or cancel. Close it (``aclose``, or ``async with``)."""
+        from .session import JobSession
 
-        spec = job if isinstance(job, JobSpec) else load_job(Path(job), **overrides)
-        from .runtime.executors import check_executor
+        return JobSession(self, **kw)
 
-        check_executor(spec, self.store)  # exit 2 before anything is stored
-        from .runtime import check_lead_context
-
-        check_lead_context(spec)  # a lead_context_tokens no ledger fits: exit 2, nothing stored
-        # Everything that can be checked before anything is stored: every model the job names
-        # is built now, so a bad one is exit 2 with nothing stored, never a lead left queued.
-        lead_options, worker_options = (spec.model_options(worker=w) for w in (False, True))
-        wanted = [(spec.lead_model, lead_options)]
-        wanted.append((spec.worker_spec(), worker_options))
-        wanted += [(spec.model_for(t), worker_options) for t in spec.tasks]
-        models = await self.build_models(wanted)
-        base = None
-        if spec.isolation == "worktree":
-            # refused (exit 2) before anything is stored when the repository can't be isolated
-            base = await start_job(spec.workspace_path, db=self.store.db.path, remote=spec.remote)
-        lead = await create_lead(
-            self.store, spec, isolation=base.to_json() if base is not None else None
-        )
-        if base is not None:
-            await record_job_base(base, lead.id)
-        if on_lead is not None:
-            on_lead(lead)
-        rt = self.runtime(spec, lead.id)
-        rt.lead = lead
-        rt.adopt_models(models)
-        try:
-            outcome = await rt.run(lead)
-        finally:
-            await rt.aclose()
-        from .runtime.outcome import job_outcome
-
-        return await job_outcome(rt, outcome)
+    async def run_job(self, job: JobSpec | str | os.PathLike[str], **overrides: Any) -> JobOutcome:
+        """Run a job (a ``JobSpec`` or a job file) to the end."""
+        async with self.session() as s:
+            return await (await s.start_job(job, **overrides)).wait()
 
     async def build_models(
         self, wanted: Iterable[tuple[str, dict[str, Any]]]
@@ -194,45 +146,23 @@ class Orchestrator:
 
     async def dispatch(self, job_ref: str, tasks: Sequence[dict[str, Any]]) -> list[RunOutcome]:
         """Run more tasks in an existing job (from Python, without the lead's model)."""
-        from .runtime import job_of
-
-        lead = await self._lead_of(await self._thread(job_ref))
-        rt = self.runtime(job_of(lead), lead.id)
-        try:
-            spawned = await rt.spawn_workers(tool_use_id=f"api-{new_id()}", tasks=tasks)
-            return [await rt.run_worker(info) for info, _ in spawned]
-        finally:
-            await rt.aclose()
-
-    # ------------------------------------------------------------------ threads
+        async with self.session() as s:
+            return [await run.wait() for run in await s.dispatch(job_ref, tasks)]
 
     async def resume(
         self, ref: str, message: str | None = None, *, model: str | None = None
     ) -> JobOutcome:
         """Continue a thread (its handoff chain's newest) with its whole history and ``message``;
         a lead's ref resumes the whole job: finished workers reused, interrupted ones resumed."""
-        info = await self.check_resume(ref, message, model=model)
-        if model is not None:
-            info = await self.store.update_thread(info.id, model=_canonical(model))
-        return await self._run_existing(info, message=message)
+        async with self.session() as s:
+            run = await s.resume(ref, message, model=model, refuse_running=False)
+            return await run.wait()
 
     async def check_resume(
         self, ref: str, message: str | None = None, *, model: str | None = None
     ) -> ThreadInfo:
-        """Everything ``resume`` would refuse, refused now with nothing stored: a ref to a
-        message or range (resume continues a thread from its end; ``fork`` branches off at a
-        message), an empty message, and a model that cannot be built (a spec that does not
-        parse, a scripted file that cannot be read, a provider's missing key). The thread."""
-        resolved = await self.store.resolve(ref)
-        if resolved.start is not None:
-            raise UsageError(
-                f"resume takes a thread, not a message or a range ({ref.strip()[:80]}): resume"
-                f" {resolved.thread.ref} continues it from its end; fork {ref.strip()[:80]}"
-                " branches off at that message"
-            )
-        info = await chain.newest(self.store, resolved.thread)  # handed off: its newest
-        await self._check(info, message, model, build=True)
-        return info
+        """What ``resume`` would refuse, refused with nothing stored (``JobSession``'s)."""
+        return await self.session().check_resume(ref, message, model=model)
 
     async def fork(
         self,
@@ -243,66 +173,17 @@ class Orchestrator:
         run: bool = True,
     ) -> JobOutcome | ThreadInfo:
         """A new thread sharing ``ref``'s history up to its anchor (default: the end), then
-        ``message``; run to the end unless ``run`` is False (then the fork is returned, idle;
-        its model is then only parsed, not built: it may need a key the fork's run will have)."""
-        source, at = await self._fork_source(ref)
-        await self._check(source, message, model, build=run)
-        fork = await self.store.fork(
-            source.id,
-            at=at,
-            status=Status.IDLE,
-            messages=[NewMessage.user(message)] if message else (),
-        )
-        if model is not None:
-            fork = await self.store.update_thread(fork.id, model=_canonical(model))
-        if not run:
-            return fork
-        return await self._run_existing(fork)
+        ``message``; run to the end unless ``run`` is False (then the fork is returned, idle)."""
+        async with self.session() as s:
+            got = await s.fork(ref, message, model=model, run=run)
+            return got if isinstance(got, ThreadInfo) else await got.wait()
 
     async def ask(self, ref: str, question: str, *, model: str | None = None) -> AskOutcome:
         """A reader thread with a fresh context reads ``ref``'s transcript (the thread, or the
         range the ref names) and answers ``question`` with citations that are checked to
-        resolve — what the lead's ``ask_thread`` does (``runtime.lead_tools.ask``). The reader
-        hangs under the lead of ``ref``'s job and runs on ``model`` (default: the job's workers'
-        model), which is built before anything is stored: a bad spec or a missing key is
-        refused with nothing changed, as an empty question is."""
-        from .runtime.lead_tools import ask
-
-        if not question.strip():
-            raise UsageError("the question is empty: say what you want to know about the thread")
-        resolved = await self.store.resolve(ref)
-        target = resolved.thread
-        job = await self._job_for(target)
-        spec = _canonical(model) if model is not None else job.worker_spec()
-        rt = self.runtime(job, target.job_id)
-        try:
-            rt.model(spec, worker=True)  # built now: refused before the reader is stored
-            got = await ask(
-                rt, target, question, model=spec, focus=resolved.ref if resolved.start else None
-            )
-        finally:
-            await rt.aclose()
-        outcome = got.outcome
-        return AskOutcome(
-            answer=got.answer,
-            citations=got.citations,
-            unresolved=got.unresolved,
-            reader=got.reader.ref,
-            job=format_ref(target.job_id),
-            status=outcome.status,
-            usage=outcome.usage,
-            error=outcome.error,
-            exception=outcome.exception,
-        )
-
-    async def check_fork(
-        self, ref: str, message: str | None = None, *, model: str | None = None
-    ) -> ThreadInfo:
-        """Everything a running ``fork`` would refuse before it stores the fork: an empty
-        message and a model that cannot be built (``check_resume``). The thread forked from."""
-        info, _ = await self._fork_source(ref)
-        await self._check(info, message, model, build=True)
-        return info
+        resolve (``JobSession.ask``)."""
+        async with self.session() as s:
+            return await (await s.ask(None, ref, question, model=model)).wait()
 
     async def run_place(self, ref: str) -> RunPlace:
         """Where a run of ``ref`` (resumed, or forked) works, and its bash's sandbox: what a
@@ -311,7 +192,7 @@ class Orchestrator:
         from .runtime import run_workspace
 
         info = (await self.store.resolve(ref)).thread
-        job = await self._job_for(info)
+        job = await self.session().job_for(info)
         if (info.task or {}).get("worktree"):
             # a worktree is threadloom's own copy of the job's workspace (under the
             # repository's git directory): the job's workspace is the place it works on
@@ -327,32 +208,6 @@ class Orchestrator:
         from .isolation import job_writes
 
         return await job_writes(workspace)
-
-    async def _fork_source(self, ref: str) -> tuple[ThreadInfo, int | None]:
-        """The thread ``ref`` names and its fork point (its anchor's last message; none: the
-        thread's end). A point past the end is the fork's to refuse (``ForkPointError``, which
-        names the thread's messages), not the ref's."""
-        parsed = ThreadRef.parse(ref)
-        info = (await self.store.resolve(parsed.thread)).thread
-        return info, parsed.end if parsed.has_anchor else None
-
-    async def _check(
-        self, info: ThreadInfo, message: str | None, model: str | None, *, build: bool
-    ) -> None:
-        """A message that says something, a ``model`` spec that parses and (``build``) the
-        model a run of ``info`` would use built, its endpoint reached, then closed: what is bad
-        is refused (exit 2; 4 for the endpoint) before anything is stored."""
-        check_message(message)
-        spec = _canonical(model) if model is not None else None
-        if not build:
-            return
-        from workers import preflight
-
-        rt = self.runtime(await self._job_for(info), info.job_id)
-        try:
-            await preflight([rt.model_for(info, spec)])  # a dead endpoint: exit 4, as for run
-        finally:
-            await rt.aclose()
 
     async def read(
         self,
@@ -545,50 +400,3 @@ class Orchestrator:
 
     async def _lead_of(self, info: ThreadInfo) -> ThreadInfo:
         return info if info.id == info.job_id else await self.store.get_thread(info.job_id)
-
-    async def _job_for(self, info: ThreadInfo) -> JobSpec:
-        from .jobs import JobSpec
-        from .runtime import job_of
-
-        root = await self._lead_of(info)
-        if root.kind == Kind.LEAD and (root.task or {}).get("job"):
-            return job_of(root)
-        # a thread outside any job (imported, say): run it in the current directory
-        return JobSpec(
-            name=root.title or root.ref,
-            goal="(continue the thread)",
-            model=info.model or "anthropic:claude-sonnet-4-5",
-            base_dir=str(Path.cwd()),
-        )
-
-    async def _run_existing(self, info: ThreadInfo, *, message: str | None = None) -> JobOutcome:
-        job = await self._job_for(info)
-        # what this run uses is counted from here: a resumed or forked thread's earlier turns,
-        # and the rest of its job, were another run's
-        from .runtime.outcome import job_outcome, usage_by_thread
-
-        before = await usage_by_thread(self.store, info.job_id)
-        rt = self.runtime(job, info.job_id)
-        if info.id == info.job_id:
-            rt.lead = info
-        try:
-            if info.kind == Kind.LEAD:
-                outcome = await rt.run(info, message=message)
-            else:
-                outcome = await rt.run_worker(info, message=message, refuse_held=True)
-        finally:
-            await rt.aclose()
-        return await job_outcome(rt, outcome, before=before)
-
-
-def _canonical(model: str) -> str:
-    """A model spec as it is stored: parsed (``ModelSpecError`` if it does not), canonical."""
-    from workers import parse_model_spec
-
-    return str(parse_model_spec(model))
-
-
-def check_message(message: str | None) -> None:
-    """A message given to a thread says something: an empty one would be stored for good."""
-    if message is not None and not message.strip():
-        raise UsageError("the message is empty: say what the thread should do next")

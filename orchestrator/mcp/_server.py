@@ -22,7 +22,6 @@ from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import ValidationError
 
 from ..api import Orchestrator
-from ..background import Background
 from ..exposure import Exposure, Guard, announce
 from ..jobs import DEFAULT_MODEL, JobSpec
 from ..model_policy import ModelPolicy
@@ -64,8 +63,9 @@ class Settings:
 
 class Threadloom:
     """The server object: an ``MCPServer`` with threadloom's tools and resources over one
-    ``Orchestrator`` and its ``Background`` runner. ``aclose`` stops what still runs (left
-    ``interrupted``, resumable) — call it after serving.
+    ``Orchestrator`` and one job session (``Orchestrator.session``), which holds the runs that
+    outlive a call. ``aclose`` stops what still runs (left ``interrupted``, resumable) — call it
+    after serving.
 
     Every model ``orch`` builds from then on goes through the server's ``ModelPolicy`` (its
     model factory is wrapped): a client's work — and what that work starts, a ``run_job``
@@ -87,7 +87,7 @@ class Threadloom:
             base_dir=s.cwd,
         )
         orch.model_factory = self.policy.guard(orch.model_factory or make_model)
-        self.background = Background(orch, progress_every_s=s.progress_every_s)
+        self.session = orch.session(progress_every_s=s.progress_every_s)
         self.server: MCPServer[Any] = _Server(
             SERVER_NAME, instructions=INSTRUCTIONS, version=_version(), log_level="WARNING"
         )
@@ -96,7 +96,7 @@ class Threadloom:
         register_resources(self)
 
     async def aclose(self) -> None:
-        await self.background.aclose()
+        await self.session.aclose()
 
     # ------------------------------------------------------------------ who and where
 

@@ -22,8 +22,8 @@ from pydantic import Field
 
 from store import Kind, Status
 
-from ..background import Waited
 from ..jobs import MAX_TITLE_CHARS, TITLE_HELP, JobSpec, TaskInput, WorkerDefaults, check_tasks
+from ..session import Run, Waited
 from ._answers import (
     DEFAULT_WAIT_S,
     LIVE,
@@ -82,7 +82,7 @@ Sandbox = Literal["auto", "required", "none"]
 
 def register_tools(app: Threadloom) -> None:
     server = app.server
-    bg = app.background
+    bg = app.session
 
     async def waited(
         refs: list[str], mode: Literal["all", "any"], timeout_s: float, ctx: Context[Any, Any]
@@ -152,7 +152,7 @@ def register_tools(app: Threadloom) -> None:
                 raw = [{"model": model, **t} for t in raw]
             lead = await bg.lead(job, models=[job.worker_spec(t.get("model")) for t in raw])
             workers = await bg.dispatch(lead, raw)
-            w = await waited([i.ref for i in workers], "all", wait_s, ctx)
+            w = await waited([run.ref for run in workers], "all", wait_s, ctx)
             return answer(
                 {
                     "job": lead.ref,
@@ -272,7 +272,7 @@ def register_tools(app: Threadloom) -> None:
                     **{k: v for k, v in fields.items() if v is not None},
                 }
             )
-            lead = await bg.start_job(spec)
+            lead = (await bg.start_job(spec)).thread
             entry = await one(lead.ref, wait_s, ctx)
             out = {"job": lead.ref, "lead": lead.ref, "status": entry["status"]}
             if "result" in entry:
@@ -337,7 +337,8 @@ def register_tools(app: Threadloom) -> None:
             await refuse_client_lead(ref)
             app.models(model)
             await confined(ref, roots)
-            fork = await bg.fork(ref, message, at=at, model=model, run=not no_run)
+            got = await bg.fork(ref, message, at=at, model=model, run=not no_run)
+            fork = got.thread if isinstance(got, Run) else got
             entry = await one(fork.ref, 0 if no_run else wait_s, ctx)
             origin = fork.forked_from
             entry["forked_from"] = {"ref": origin.ref, "at": origin.at} if origin else None

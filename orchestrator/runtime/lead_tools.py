@@ -15,7 +15,6 @@ import functools
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol, TypeVar, cast
 
 from pydantic import Field
@@ -37,10 +36,8 @@ from workers.tools import Tool, ToolContext, ToolFailure, ToolInput, ToolOutput
 
 from ..errors import ReadError, WorktreeError
 from ..isolation import merge_refs
-from ..jobs import (
-    TaskInput,
-    check_tasks,
-)
+from ..jobs import TaskInput, check_tasks
+from ..outcomes import AskOutcome
 from ..views import claim_lines, marked_snippet
 from .pages import (
     DEFAULT_MAX_CHARS,
@@ -235,13 +232,12 @@ class AskThreadTool(JobTool[AskThreadInput]):
             target = (await self.rt.store.resolve(args.ref)).thread
         except RefError as err:
             raise ToolFailure(str(err)) from None
-        got = await ask(self.rt, target, args.question)
-        if got.outcome.status != Status.DONE:
+        got = await ask(self.rt, await self.rt.create_reader(target, args.question))
+        if got.status != Status.DONE:
             raise ToolFailure(
-                f"the reader {got.reader.ref} ended {got.outcome.status}:"
-                f" {got.outcome.error or 'no answer'}"
+                f"the reader {got.reader} ended {got.status}: {got.error or 'no answer'}"
             )
-        lines = [got.answer, "", f"(reader thread: {got.reader.ref})"]
+        lines = [got.answer, "", f"(reader thread: {got.reader})"]
         if got.citations:
             lines.append("citations checked: " + ", ".join(got.citations))
         if got.unresolved:
@@ -252,37 +248,25 @@ class AskThreadTool(JobTool[AskThreadInput]):
         return ToolOutput("\n".join(lines))
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """A reader's answer about a thread (SPEC ``ask_thread`` and ``ask``): its text with the
-    citations that do not resolve marked ``[not found]`` in place, the ones that resolve
-    (``citations``) and the ones that do not (``unresolved``); empty when the reader did not
-    end ``done`` (``outcome`` says how it ended)."""
-
-    reader: ThreadInfo
-    outcome: RunOutcome
-    answer: str = ""
-    citations: list[str] = field(default_factory=list)
-    unresolved: list[str] = field(default_factory=list)
-
-
-async def ask(
-    rt: Runtime,
-    target: ThreadInfo,
-    question: str,
-    *,
-    model: str | None = None,
-    focus: str | None = None,
-) -> Answer:
-    """Run a reader on ``target``'s transcript (or ``focus``, a range of it) to answer
-    ``question`` — the one implementation of the lead's ``ask_thread`` and the command line's
-    ``ask`` — and check its citations."""
-    reader = await rt.create_reader(target, question, model=model, focus=focus)
+async def ask(rt: Runtime, reader: ThreadInfo) -> AskOutcome:
+    """Run a reader (``Runtime.create_reader``) and check its answer's citations: the one
+    implementation of the lead's ``ask_thread`` and every door's ``ask`` (``session``). The
+    answer is empty when the reader did not end ``done`` (its status and error say how)."""
     outcome = await rt.run(reader)
-    if outcome.status != Status.DONE:
-        return Answer(reader, outcome)
-    text, kept, dropped = await check_citations(rt.store, outcome.final_text)
-    return Answer(reader, outcome, text, kept, dropped)
+    text, kept, dropped = "", list[str](), list[str]()
+    if outcome.status == Status.DONE:
+        text, kept, dropped = await check_citations(rt.store, outcome.final_text)
+    return AskOutcome(
+        answer=text,
+        citations=kept,
+        unresolved=dropped,
+        reader=reader.ref,
+        job=format_ref(rt.lead_id),
+        status=outcome.status,
+        usage=outcome.usage,
+        error=outcome.error,
+        exception=outcome.exception,
+    )
 
 
 NOT_FOUND_MARK = " [not found]"

@@ -175,7 +175,7 @@ async def main() -> None:
             app = Threadloom(orch, settings)
             try:
                 trips = await round_trips(orch, app, args.calls, args.rounds)
-                lead = await app.background.lead(app.job_spec("bench-api", root / "ws"))
+                lead = await app.session.lead(app.job_spec("bench-api", root / "ws"))
                 mcp_s, api_s = [], []
                 for batch in range(args.rounds):
                     mcp_s.append(await fan_out_mcp(app, args.workers, batch))

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from orchestrator import Orchestrator, parse_job
-from orchestrator.background import Background
 from orchestrator.errors import UsageError
+from orchestrator.session import JobSession as Background
 from store import Kind
 from tests.orchestrator.test_cli_helpers import (
     Sample,
