@@ -617,11 +617,12 @@ async def _after_turn(
     if stop == "refusal":
         return await _finish(run, Status.FAILED, error="the model refused to continue")
     said = reply_text(response)
-    once: str | RunOutcome | None = None
+    once: str | None = None
     if stop == "max_tokens" and not uses:
-        once = await _restated(run, said)
-        if isinstance(once, RunOutcome):
-            return once
+        restated_or_stopped = await _restated(run, said)
+        if isinstance(restated_or_stopped, RunOutcome):
+            return restated_or_stopped
+        once = restated_or_stopped
     loop = repetition(said)
     # a lead's or a reader's text is its output (the report, the answer): cut off inside a
     # loop, what it said before the loop began again is kept. A worker's output is its
