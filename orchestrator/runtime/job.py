@@ -299,7 +299,9 @@ class JobRuntime:
         if info.kind == Kind.LEAD and not as_worker:
             tools: Sequence[Tool[Any]] = lead_tools(self)
             self._lead_now = info.id
-            cfg = _ceiling(self.config, self.job.lead_ceiling)
+            # no run deadline: a lead's time is mostly its workers', each under its own
+            # ``timeout_s``; its requests keep theirs, its turns ``max_turns``
+            cfg = _ceiling(dataclasses.replace(self.config, timeout_s=None), self.job.lead_ceiling)
             hand_off = self._lead_hand_off(info)
         elif info.kind == Kind.READER:
             tools = reader_tools(self, target=str(task.get("reader_of", "")))

@@ -79,3 +79,26 @@ async def test_read_search_dispatch_resume_and_fork_from_python(tmp_path: Path) 
         assert fork.status == Status.IDLE and fork.forked_from is not None
         ran = await orch.fork(f"{worker}#3", "again please")
         assert isinstance(ran, JobOutcome) and ran.status == Status.DONE and ran.ref != worker
+
+
+async def test_a_leads_time_limit_does_not_count_the_time_its_workers_take(tmp_path: Path) -> None:
+    """A lead waits on its dispatch while the workers work (each under its own ``timeout_s``):
+    seen live, a 1.5B lead timed out at 900 s while its three workers took 13 minutes, and the
+    job lost its report. The loop's ``timeout_s`` bounds workers and readers, not a lead."""
+    from workers import LoopConfig
+
+    slow = {"tool_calls": [{"name": "bash", "input": {"command": "sleep 2; echo slept"}}]}
+    job = write_job(
+        tmp_path,
+        1,
+        [
+            {"match": "Job: api", "turns": [{"text": "report after the wait"}]},
+            {"match": "(?m)^Task ", "turns": [slow, SUBMIT]},
+        ],
+    )
+    config = LoopConfig(timeout_s=1.0)
+    async with await Orchestrator.open(str(tmp_path / "t.db"), config=config) as orch:
+        out = await orch.run_job(job)
+    assert out.status == Status.DONE, out
+    assert out.report == "report after the wait"
+    assert [w.status for w in out.workers] == ["done"]
