@@ -11,6 +11,7 @@ import difflib
 import re
 import tomllib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -339,9 +340,9 @@ def resolve_spec(spec: str, base_dir: Path) -> str:
 
 
 def load_job(path: str | Path, **overrides: Any) -> JobSpec:
-    """Parse and validate a job file; ``overrides`` (model, worker_model, max_parallel,
-    budget_tokens, max_output_tokens, request_timeout_s) replace the file's ``[job]`` values, as
-    the CLI flags do (``[job.worker]`` values still win for the workers)."""
+    """Parse and validate a job file; ``overrides`` (``RUN_OPTIONS``: an unset one is None)
+    replace the file's ``[job]`` values, as ``run``'s flags do (``[job.worker]`` values still
+    win for the workers)."""
     p = Path(path)
     try:
         text = p.read_text("utf-8")
@@ -431,14 +432,82 @@ def _check_remote(spec: JobSpec, name: str, locate: _Locator) -> str:
     return str((Path(spec.base_dir) / Path(url).expanduser()).resolve())
 
 
-FLAG_NAMES = {
-    "model": "--model",
-    "worker_model": "--worker-model",
-    "max_parallel": "--max-parallel",
-    "budget_tokens": "--budget-tokens",
-    "max_output_tokens": "--max-output-tokens",
-    "request_timeout_s": "--request-timeout",
-}
+@dataclass(frozen=True, slots=True)
+class RunOption:
+    """A ``[job]`` key a front door sets besides the job file. Its type, bounds and default are
+    its ``JobSpec`` field's; this is what each door calls it: ``help`` for ``threadloom run``'s
+    flag (none: not a flag of it), ``server`` for ``threadloom mcp``'s (the default of each
+    client's job), ``mcp`` for MCP ``run_job``'s parameter (its description)."""
+
+    key: str
+    help: str = ""
+    cli: str = ""  # the flag, when it is not --key-with-dashes
+    metavar: str | None = None
+    server: str = ""
+    mcp: str = ""
+
+    @property
+    def flag(self) -> str:
+        return self.cli or "--" + self.key.replace("_", "-")
+
+
+RUN_OPTIONS = (
+    RunOption(
+        "model",
+        "The lead's model (and the workers', by default).",
+        metavar="SPEC",
+        server="Default model of the clients' workers.",
+        mcp="The lead's model: it plans, dispatches, reviews and writes the report (and is the"
+        " workers' too unless worker_model is given); default: the server's --model.",
+    ),
+    RunOption(
+        "worker_model",
+        "The workers' model.",
+        metavar="SPEC",
+        server="Default workers' model (else --model).",
+        mcp="The workers' (and readers') model, apart from the lead's; default: the server's"
+        " --worker-model, else model.",
+    ),
+    RunOption(
+        "max_parallel",
+        "Workers running at once.",
+        server="Workers running at once in each client's job.",
+        mcp="Workers running at once; default: 4",
+    ),
+    RunOption(
+        "isolation",
+        mcp="worktree: each worker in its own git worktree and branch of the workspace's"
+        " repository; default: none (all in the workspace)",
+    ),
+    RunOption(
+        "budget_tokens",
+        "Token budget of the whole job; 0: none.",
+        server="Token budget of each client's job; 0: none.",
+        mcp="Tokens the whole job may use, every thread counted; 0: none",
+    ),
+    RunOption(
+        "max_output_tokens",
+        "Output-token ceiling of each model reply ([job] max_output_tokens).",
+        metavar="N",
+    ),
+    RunOption(
+        "request_timeout_s",
+        "Seconds one model request may take before it is cut ([job] request_timeout_s).",
+        cli="--request-timeout",
+        metavar="S",
+    ),
+    RunOption(
+        "sandbox",
+        mcp="bash under bubblewrap: auto (when installed) or required; none is refused to a"
+        " client confined to its roots; default: auto",
+    ),
+    RunOption("network", mcp="Whether sandboxed commands may use the network; default: no"),
+    RunOption("worker", mcp="The workers' limits and tools ([job.worker] of a job file)"),
+)
+"""The run options, declared once: the CLI's flags (``cli._app.run_flags``) and MCP
+``run_job``'s parameters (``mcp._tools``) are made from these rows and their fields."""
+
+FLAG_NAMES = {o.key: o.flag for o in RUN_OPTIONS if o.help}
 """The ``run`` flag that sets each overridable key: an error in its value names the flag."""
 
 
