@@ -135,30 +135,14 @@ def _title_rules(value: str, info: ValidationInfo) -> str:
     return value
 
 
-class TaskSpec(_Strict):
-    id: str = Field(min_length=1, max_length=MAX_TASK_ID_CHARS, pattern=TASK_ID_PATTERN)
-    title: str = Field(min_length=1, description=f"The worker thread's title. {TITLE_HELP}")
-    prompt: str = Field(min_length=1)
-    tools: list[str] | None = None
-    model: str | None = None
-
-    _title = field_validator("title")(_title_rules)
-
-    @field_validator("tools")
-    @classmethod
-    def _tools_known(cls, v: list[str] | None) -> list[str] | None:
-        return None if v is None else check_tools(v)
+TaskId = Annotated[str, Field(min_length=1, max_length=MAX_TASK_ID_CHARS, pattern=TASK_ID_PATTERN)]
 
 
 class TaskInput(ToolInput):
     """A task for one fresh-context worker: the only thing it is told."""
 
-    # every door takes tasks so (the lead's ``dispatch``, MCP's ``dispatch`` and ``run_job``):
-    # the job file's rules for ids and titles, the worker tools by name
-    id: (
-        Annotated[str, Field(min_length=1, max_length=MAX_TASK_ID_CHARS, pattern=TASK_ID_PATTERN)]
-        | None
-    ) = Field(
+    # every door's task (the lead's and MCP's ``dispatch``, ``run_job``, a job file's)
+    id: TaskId | None = Field(
         None,
         description="A short id unique within the job, e.g. 'tokenizer': a letter or digit,"
         " then letters, digits, '.', '_' or '-'; default: task-N",
@@ -183,13 +167,36 @@ class TaskInput(ToolInput):
         return None if v is None else check_tools(v)
 
 
+class TaskSpec(TaskInput):
+    """A job's task (``[[task]]``): a ``TaskInput``, strictly typed, with an id and a prompt,
+    its title checked on input only (``from_input``: one stored before the cap still loads)."""
+
+    model_config = ConfigDict(strict=True)
+
+    id: TaskId
+    title: str = Field(min_length=1, description=f"The worker thread's title. {TITLE_HELP}")
+    prompt: str = Field(min_length=1)
+
+    _title = field_validator("title")(_title_rules)  # type: ignore[assignment]
+
+
 def check_tasks(tasks: Sequence[TaskInput]) -> None:
     """The rule of one dispatch that no single task can check: ids unique in it
     (``threads.spawn_workers`` checks them against the job's earlier dispatches)."""
-    ids = [t.id for t in tasks if t.id]
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
-    if dupes:
-        raise DispatchError(f"duplicate task id {dupes[0]!r}")
+    again = _duplicate(tasks)
+    if again is not None:
+        raise DispatchError(f"duplicate task id {tasks[again[1]].id!r}")
+
+
+def _duplicate(tasks: Sequence[TaskInput]) -> tuple[int, int] | None:
+    """The first task whose id an earlier task has: (the earlier's index, its index)."""
+    seen: dict[str, int] = {}
+    for i, t in enumerate(tasks):
+        if t.id in seen:
+            return seen[t.id], i
+        if t.id:
+            seen[t.id] = i
+    return None
 
 
 class JobSpec(_Strict):
@@ -241,15 +248,14 @@ class JobSpec(_Strict):
         """Task ids are unique within a job: each keys its worker (the dispatch row, the
         branch, ``{{ref:ID}}``). The error's context carries both indexes (``parse_job`` names
         the line)."""
-        seen: dict[str, int] = {}
-        for i, t in enumerate(tasks):
-            if t.id in seen:
-                raise PydanticCustomError(
-                    "duplicate_task_id",
-                    f"duplicate task id {t.id!r} (tasks[{seen[t.id]}] and tasks[{i}])",
-                    {"index": i, "first": seen[t.id], "id": t.id},
-                )
-            seen[t.id] = i
+        again = _duplicate(tasks)
+        if again is not None:
+            first, i = again
+            raise PydanticCustomError(
+                "duplicate_task_id",
+                f"duplicate task id {tasks[i].id!r} (tasks[{first}] and tasks[{i}])",
+                {"index": i, "first": first, "id": tasks[i].id},
+            )
         return tasks
 
     @classmethod
@@ -434,10 +440,9 @@ def _check_remote(spec: JobSpec, name: str, locate: _Locator) -> str:
 
 @dataclass(frozen=True, slots=True)
 class RunOption:
-    """A ``[job]`` key a front door sets besides the job file. Its type, bounds and default are
-    its ``JobSpec`` field's; this is what each door calls it: ``help`` for ``threadloom run``'s
-    flag (none: not a flag of it), ``server`` for ``threadloom mcp``'s (the default of each
-    client's job), ``mcp`` for MCP ``run_job``'s parameter (its description)."""
+    """A ``[job]`` key a door sets (type, bounds, default: its ``JobSpec`` field's), as each
+    door says it: ``help``, ``run``'s flag; ``server``, ``mcp``'s flag (the default of each
+    client's job); ``mcp``, MCP ``run_job``'s description. Empty: not that door's."""
 
     key: str
     help: str = ""
@@ -504,16 +509,12 @@ RUN_OPTIONS = (
     RunOption("network", mcp="Whether sandboxed commands may use the network; default: no"),
     RunOption("worker", mcp="The workers' limits and tools ([job.worker] of a job file)"),
 )
-"""The run options, declared once: the CLI's flags (``cli._app.run_flags``) and MCP
-``run_job``'s parameters (``mcp._tools``) are made from these rows and their fields."""
-
-FLAG_NAMES = {o.key: o.flag for o in RUN_OPTIONS if o.help}
-"""The ``run`` flag that sets each overridable key: an error in its value names the flag."""
+"""The run options, declared once: ``cli._app.run_flags``, ``mcp._tools.with_run_options``."""
 
 
 def _where(name: str, locate: _Locator, file_loc: tuple[Any, ...], flags: dict[str, Any]) -> str:
     if len(file_loc) == 2 and file_loc[0] == "job" and file_loc[1] in flags:
-        return FLAG_NAMES.get(str(file_loc[1]), f"--{file_loc[1]}")
+        return next((o.flag for o in RUN_OPTIONS if o.key == file_loc[1]), f"--{file_loc[1]}")
     return f"{name}:{locate.line(file_loc)}"
 
 

@@ -236,20 +236,7 @@ def lead_tool_names(isolation: bool) -> list[str]:
 
 
 def first_dispatch(tasks: Sequence[TaskSpec]) -> NewMessage:
-    payload = [
-        {
-            k: v
-            for k, v in {
-                "id": t.id,
-                "title": t.title,
-                "prompt": t.prompt,
-                "tools": t.tools,
-                "model": t.model,
-            }.items()
-            if v is not None
-        }
-        for t in tasks
-    ]
+    payload = [t.model_dump(exclude_none=True) for t in tasks]
     return NewMessage(
         role="assistant",
         content=[
