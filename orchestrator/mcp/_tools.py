@@ -156,11 +156,9 @@ def register_tools(app: Threadloom) -> None:
             check_tasks(tasks)
             app.models(model, *(t.model for t in tasks))
             job = client_job(ctx, Roots.of(roots), workspace)
-            raw = [t.model_dump(exclude_none=True) for t in tasks]
-            if model:
-                raw = [{"model": model, **t} for t in raw]
-            lead = await bg.lead(job, models=[job.worker_spec(t.get("model")) for t in raw])
-            workers = await bg.dispatch(lead, raw)
+            given = [t.model_copy(update={"model": t.model or model}) for t in tasks]
+            lead = await bg.lead(job, models=[job.worker_spec(t.model) for t in given])
+            workers = await bg.dispatch(lead, given)
             w = await waited([run.ref for run in workers], "all", wait_s, ctx)
             return answer(
                 {
