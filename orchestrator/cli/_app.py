@@ -281,29 +281,19 @@ def run_flags(door: str) -> list[click.Parameter]:
         if not said:
             continue
         field = JobSpec.model_fields[o.key]
-        kind = next(
-            k for k in (int, float, str) if k in (field.annotation, *get_args(field.annotation))
-        )
-        bound = {
-            k: getattr(m, k) for m in field.metadata for k in ("ge", "gt", "le") if hasattr(m, k)
-        }
+        kinds = (field.annotation, *get_args(field.annotation))
+        b = {k: getattr(m, k) for m in field.metadata for k in ("ge", "gt", "le") if hasattr(m, k)}
         typed: click.ParamType[Any] = (
-            click.IntRange(bound.get("ge"), bound.get("le"))
-            if kind is int
-            else click.FloatRange(bound.get("gt"), bound.get("le"), min_open="gt" in bound)
-            if kind is float
+            click.IntRange(b.get("ge"), b.get("le"))
+            if int in kinds
+            else click.FloatRange(b.get("gt"), b.get("le"), min_open="gt" in b)
+            if float in kinds
             else click.STRING
         )
-        default = field.default if door == "server" and kind is not str else None
+        default = field.default if door == "server" and typed is not click.STRING else None
+        shown: dict[str, Any] = {"default": default, "show_default": default is not None}
         flags.append(
-            click.Option(
-                [o.flag, o.key],
-                type=typed,
-                metavar=o.metavar,
-                default=default,
-                show_default=default is not None,
-                help=said,
-            )
+            click.Option([o.flag, o.key], type=typed, metavar=o.metavar, help=said, **shown)
         )
     return flags
 
