@@ -18,7 +18,7 @@ or ``show`` on the full path, the web viewer) does not pay for them.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +36,7 @@ from .runtime.pages import REF_DESCRIPTION as REF_DESCRIPTION
 if TYPE_CHECKING:
     from workers import LoopConfig, LoopEvent, Model, RunOutcome
 
-    from .jobs import JobSpec
+    from .jobs import JobSpec, TaskInput
     from .runtime import JobRuntime, Ledger, ModelFactory, ModelKey
     from .runtime.pages import Mode, Page
     from .session import JobSession
@@ -144,8 +144,11 @@ class Orchestrator:
         for built in (await self.build_models(wanted)).values():
             await built.aclose()
 
-    async def dispatch(self, job_ref: str, tasks: Sequence[dict[str, Any]]) -> list[RunOutcome]:
-        """Run more tasks in an existing job (from Python, without the lead's model)."""
+    async def dispatch(
+        self, job_ref: str, tasks: Sequence[TaskInput | Mapping[str, Any]]
+    ) -> list[RunOutcome]:
+        """Run more tasks in an existing job (from Python, without the lead's model): each a
+        ``TaskInput`` or a dict of its fields (``JobSession.dispatch``)."""
         async with self.session() as s:
             return [await run.wait() for run in await s.dispatch(job_ref, tasks)]
 

@@ -11,6 +11,7 @@ import difflib
 import re
 import tomllib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -134,30 +135,14 @@ def _title_rules(value: str, info: ValidationInfo) -> str:
     return value
 
 
-class TaskSpec(_Strict):
-    id: str = Field(min_length=1, max_length=MAX_TASK_ID_CHARS, pattern=TASK_ID_PATTERN)
-    title: str = Field(min_length=1, description=f"The worker thread's title. {TITLE_HELP}")
-    prompt: str = Field(min_length=1)
-    tools: list[str] | None = None
-    model: str | None = None
-
-    _title = field_validator("title")(_title_rules)
-
-    @field_validator("tools")
-    @classmethod
-    def _tools_known(cls, v: list[str] | None) -> list[str] | None:
-        return None if v is None else check_tools(v)
+TaskId = Annotated[str, Field(min_length=1, max_length=MAX_TASK_ID_CHARS, pattern=TASK_ID_PATTERN)]
 
 
 class TaskInput(ToolInput):
     """A task for one fresh-context worker: the only thing it is told."""
 
-    # every door takes tasks so (the lead's ``dispatch``, MCP's ``dispatch`` and ``run_job``):
-    # the job file's rules for ids and titles, the worker tools by name
-    id: (
-        Annotated[str, Field(min_length=1, max_length=MAX_TASK_ID_CHARS, pattern=TASK_ID_PATTERN)]
-        | None
-    ) = Field(
+    # every door's task (the lead's and MCP's ``dispatch``, ``run_job``, a job file's)
+    id: TaskId | None = Field(
         None,
         description="A short id unique within the job, e.g. 'tokenizer': a letter or digit,"
         " then letters, digits, '.', '_' or '-'; default: task-N",
@@ -182,13 +167,36 @@ class TaskInput(ToolInput):
         return None if v is None else check_tools(v)
 
 
+class TaskSpec(TaskInput):
+    """A job's task (``[[task]]``): a ``TaskInput``, strictly typed, with an id and a prompt,
+    its title checked on input only (``from_input``: one stored before the cap still loads)."""
+
+    model_config = ConfigDict(strict=True)
+
+    id: TaskId
+    title: str = Field(min_length=1, description=f"The worker thread's title. {TITLE_HELP}")
+    prompt: str = Field(min_length=1)
+
+    _title = field_validator("title")(_title_rules)  # type: ignore[assignment]
+
+
 def check_tasks(tasks: Sequence[TaskInput]) -> None:
     """The rule of one dispatch that no single task can check: ids unique in it
     (``threads.spawn_workers`` checks them against the job's earlier dispatches)."""
-    ids = [t.id for t in tasks if t.id]
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
-    if dupes:
-        raise DispatchError(f"duplicate task id {dupes[0]!r}")
+    again = _duplicate(tasks)
+    if again is not None:
+        raise DispatchError(f"duplicate task id {tasks[again[1]].id!r}")
+
+
+def _duplicate(tasks: Sequence[TaskInput]) -> tuple[int, int] | None:
+    """The first task whose id an earlier task has: (the earlier's index, its index)."""
+    seen: dict[str, int] = {}
+    for i, t in enumerate(tasks):
+        if t.id in seen:
+            return seen[t.id], i
+        if t.id:
+            seen[t.id] = i
+    return None
 
 
 class JobSpec(_Strict):
@@ -240,15 +248,14 @@ class JobSpec(_Strict):
         """Task ids are unique within a job: each keys its worker (the dispatch row, the
         branch, ``{{ref:ID}}``). The error's context carries both indexes (``parse_job`` names
         the line)."""
-        seen: dict[str, int] = {}
-        for i, t in enumerate(tasks):
-            if t.id in seen:
-                raise PydanticCustomError(
-                    "duplicate_task_id",
-                    f"duplicate task id {t.id!r} (tasks[{seen[t.id]}] and tasks[{i}])",
-                    {"index": i, "first": seen[t.id], "id": t.id},
-                )
-            seen[t.id] = i
+        again = _duplicate(tasks)
+        if again is not None:
+            first, i = again
+            raise PydanticCustomError(
+                "duplicate_task_id",
+                f"duplicate task id {tasks[i].id!r} (tasks[{first}] and tasks[{i}])",
+                {"index": i, "first": first, "id": tasks[i].id},
+            )
         return tasks
 
     @classmethod
@@ -339,9 +346,9 @@ def resolve_spec(spec: str, base_dir: Path) -> str:
 
 
 def load_job(path: str | Path, **overrides: Any) -> JobSpec:
-    """Parse and validate a job file; ``overrides`` (model, worker_model, max_parallel,
-    budget_tokens, max_output_tokens, request_timeout_s) replace the file's ``[job]`` values, as
-    the CLI flags do (``[job.worker]`` values still win for the workers)."""
+    """Parse and validate a job file; ``overrides`` (``RUN_OPTIONS``: an unset one is None)
+    replace the file's ``[job]`` values, as ``run``'s flags do (``[job.worker]`` values still
+    win for the workers)."""
     p = Path(path)
     try:
         text = p.read_text("utf-8")
@@ -431,20 +438,83 @@ def _check_remote(spec: JobSpec, name: str, locate: _Locator) -> str:
     return str((Path(spec.base_dir) / Path(url).expanduser()).resolve())
 
 
-FLAG_NAMES = {
-    "model": "--model",
-    "worker_model": "--worker-model",
-    "max_parallel": "--max-parallel",
-    "budget_tokens": "--budget-tokens",
-    "max_output_tokens": "--max-output-tokens",
-    "request_timeout_s": "--request-timeout",
-}
-"""The ``run`` flag that sets each overridable key: an error in its value names the flag."""
+@dataclass(frozen=True, slots=True)
+class RunOption:
+    """A ``[job]`` key a door sets (type, bounds, default: its ``JobSpec`` field's), as each
+    door says it: ``help``, ``run``'s flag; ``server``, ``mcp``'s flag (the default of each
+    client's job); ``mcp``, MCP ``run_job``'s description. Empty: not that door's."""
+
+    key: str
+    help: str = ""
+    cli: str = ""  # the flag, when it is not --key-with-dashes
+    metavar: str | None = None
+    server: str = ""
+    mcp: str = ""
+
+    @property
+    def flag(self) -> str:
+        return self.cli or "--" + self.key.replace("_", "-")
+
+
+RUN_OPTIONS = (
+    RunOption(
+        "model",
+        "The lead's model (and the workers', by default).",
+        metavar="SPEC",
+        server="Default model of the clients' workers.",
+        mcp="The lead's model: it plans, dispatches, reviews and writes the report (and is the"
+        " workers' too unless worker_model is given); default: the server's --model.",
+    ),
+    RunOption(
+        "worker_model",
+        "The workers' model.",
+        metavar="SPEC",
+        server="Default workers' model (else --model).",
+        mcp="The workers' (and readers') model, apart from the lead's; default: the server's"
+        " --worker-model, else model.",
+    ),
+    RunOption(
+        "max_parallel",
+        "Workers running at once.",
+        server="Workers running at once in each client's job.",
+        mcp="Workers running at once; default: 4",
+    ),
+    RunOption(
+        "isolation",
+        mcp="worktree: each worker in its own git worktree and branch of the workspace's"
+        " repository; default: none (all in the workspace)",
+    ),
+    RunOption(
+        "budget_tokens",
+        "Token budget of the whole job; 0: none.",
+        server="Token budget of each client's job; 0: none.",
+        mcp="Tokens the whole job may use, every thread counted; 0: none",
+    ),
+    RunOption(
+        "max_output_tokens",
+        "Output-token ceiling of each model reply ([job] max_output_tokens).",
+        metavar="N",
+    ),
+    RunOption(
+        "request_timeout_s",
+        "Seconds one model request may take before it is cut ([job] request_timeout_s).",
+        cli="--request-timeout",
+        metavar="S",
+    ),
+    RunOption(
+        "sandbox",
+        mcp="bash under bubblewrap: auto (when installed) or required; none is refused to a"
+        " client confined to its roots; default: auto",
+    ),
+    RunOption("network", mcp="Whether sandboxed commands may use the network; default: no"),
+    RunOption("worker", mcp="The workers' limits and tools ([job.worker] of a job file)"),
+)
+"""The run options, declared once: ``cli._app.run_flags``, ``mcp._tools.with_run_options``."""
 
 
 def _where(name: str, locate: _Locator, file_loc: tuple[Any, ...], flags: dict[str, Any]) -> str:
     if len(file_loc) == 2 and file_loc[0] == "job" and file_loc[1] in flags:
-        return FLAG_NAMES.get(str(file_loc[1]), f"--{file_loc[1]}")
+        return next((o.flag for o in RUN_OPTIONS if o.key == file_loc[1]), f"--{file_loc[1]}")
     return f"{name}:{locate.line(file_loc)}"
 
 

@@ -17,7 +17,7 @@ wake the moment a run of this process ends, and let ``cancel`` stop it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
@@ -39,7 +39,7 @@ from store import (
 
 from . import chain
 from .errors import EXIT_USAGE, OrchestratorError, UsageError
-from .jobs import JobSpec, load_job
+from .jobs import JobSpec, TaskInput, load_job
 from .outcomes import AskOutcome, JobOutcome
 from .runtime import JobRuntime, create_lead, job_of
 from .runtime.lead_tools import ask, check_citations
@@ -233,14 +233,19 @@ class JobSession:
     # ------------------------------------------------------------------ starting work
 
     async def dispatch(
-        self, job: ThreadInfo | str, tasks: Sequence[dict[str, Any]]
+        self, job: ThreadInfo | str, tasks: Sequence[TaskInput | Mapping[str, Any]]
     ) -> list[Run[RunOutcome]]:
         """One worker per task under ``job`` (its lead, or any ref of it), started at once.
-        Every model the tasks name is built first (``JobRuntime.spawn_workers``), so a bad spec
-        or a missing key is refused with nothing stored."""
+        A task given as a dict is held to every door's rules (``TaskInput``; its title, left
+        out, is its id). Every model the tasks name is built first (``JobRuntime.spawn_workers``),
+        so a bad spec or a missing key is refused with nothing stored."""
+        given = [
+            t if isinstance(t, TaskInput) else TaskInput.model_validate({"title": t.get("id"), **t})
+            for t in tasks
+        ]
         lead = job if isinstance(job, ThreadInfo) else await self.lead_of(await self._thread(job))
         rt = self._runtime(job_of(lead), lead.id)
-        spawned = await rt.spawn_workers(tool_use_id=f"api-{new_id()}", tasks=tasks)
+        spawned = await rt.spawn_workers(tool_use_id=f"api-{new_id()}", tasks=given)
         return [self._start(info, lead.id, rt.run_worker(info)) for info, _ in spawned]
 
     async def ask(

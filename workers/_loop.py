@@ -397,8 +397,6 @@ async def _drive(run: _Run) -> RunOutcome:
         raise
     except TimeoutError:
         return await finish_uncancelled(_end_timed_out(run))
-    except BudgetExhausted as exc:
-        return await _finish(run, Status.FAILED, error=f"budget exhausted: {exc}", exception=exc)
     except ModelError as exc:
         return await _finish(
             run, Status.FAILED, error=f"model provider failed: {exc}", exception=exc
@@ -486,16 +484,9 @@ async def _turns(run: _Run) -> RunOutcome:
                 summary = run.final_text or EMPTY_REPLY_SUMMARY
                 run.result = Result(status="partial", summary=summary[:2000])
             return await _finish(run, Status.DONE)
-        if run.turns >= cfg.max_turns:
-            return await _finish(
-                run, Status.FAILED, error=f"max_turns ({cfg.max_turns}) reached without an end"
-            )
-        if cfg.max_tokens_total is not None and run.usage.total_tokens >= cfg.max_tokens_total:
-            raise BudgetExhausted(
-                f"{run.usage.total_tokens:,} of {cfg.max_tokens_total:,} tokens for this thread"
-            )
-        if run.before_model_call is not None:
-            await run.before_model_call()
+        spent = await _spent(run)
+        if spent is not None:
+            return await _finish(run, Status.FAILED, error=spent[0], exception=spent[1])
         request = run.requests.request()
         if run.hand_off is not None and cfg.context_tokens is not None:
             need = _tokens_of(run, request)
@@ -746,19 +737,27 @@ async def _nudge_for(run: _Run, *, empty: bool) -> str | None:
         has_result=run.result is not None,
         can_submit=SUBMIT_RESULT in {s.name for s in run.specs},
     )
-    if text is None:
-        return None
+    return None if text is None or await _spent(run) is not None else text
+
+
+async def _spent(run: _Run) -> tuple[str, BudgetExhausted | None] | None:
+    """The limit that stops the next model call, as the run's error and its exception: the
+    thread's turns and tokens (``LoopConfig``), then the job's budget (``before_model_call``, a
+    read with no side effect); None: none is reached. The one place a run's limits are checked
+    (its time is the deadline ``_drive`` runs it under)."""
     cfg = run.config
     if run.turns >= cfg.max_turns:
-        return None
-    if cfg.max_tokens_total is not None and run.usage.total_tokens >= cfg.max_tokens_total:
-        return None
-    if run.before_model_call is not None:
-        try:
-            await run.before_model_call()  # the job's budget check: a read, no side effect
-        except BudgetExhausted:
-            return None
-    return text
+        return f"max_turns ({cfg.max_turns}) reached without an end", None
+    try:
+        if cfg.max_tokens_total is not None and run.usage.total_tokens >= cfg.max_tokens_total:
+            raise BudgetExhausted(
+                f"{run.usage.total_tokens:,} of {cfg.max_tokens_total:,} tokens for this thread"
+            )
+        if run.before_model_call is not None:
+            await run.before_model_call()
+    except BudgetExhausted as exc:
+        return f"budget exhausted: {exc}", exc
+    return None
 
 
 async def _finish(

@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, get_args
 
 import click
 
@@ -244,10 +244,13 @@ def _json_after_command(ctx: click.Context, _param: click.Parameter, value: bool
 
 class Command(click.Command):
     """A threadloom command. Besides its own options it accepts ``--json`` after its name too
-    (``threadloom ls --json`` means ``threadloom --json ls``)."""
+    (``threadloom ls --json`` means ``threadloom --json ls``). With ``run_options`` (``run``,
+    ``server``) the run options' flags (``run_flags``) join its own when click first asks for
+    them: ``threadloom --help`` lists the command without importing the job model."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, run_options: str = "", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.run_options = run_options
         self.params.append(
             click.Option(
                 ["--json", "_json_after"],
@@ -258,6 +261,41 @@ class Command(click.Command):
                 help="Same as the global --json.",
             )
         )
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        if self.run_options:
+            self.params[-1:-1] = run_flags(self.run_options)  # before the hidden --json
+            self.run_options = ""
+        return super().get_params(ctx)
+
+
+def run_flags(door: str) -> list[click.Parameter]:
+    """The run options (``jobs.RUN_OPTIONS``) as flags, typed and bounded by their ``JobSpec``
+    fields: ``run``'s replace the job file's values (unset: None), ``server``'s (``threadloom
+    mcp``) are the defaults of each client's job (a number's shown, a model's none)."""
+    from ..jobs import RUN_OPTIONS, JobSpec
+
+    flags: list[click.Parameter] = []
+    for o in RUN_OPTIONS:
+        said = o.help if door == "run" else o.server
+        if not said:
+            continue
+        field = JobSpec.model_fields[o.key]
+        kinds = (field.annotation, *get_args(field.annotation))
+        b = {k: getattr(m, k) for m in field.metadata for k in ("ge", "gt", "le") if hasattr(m, k)}
+        typed: click.ParamType[Any] = (
+            click.IntRange(b.get("ge"), b.get("le"))
+            if int in kinds
+            else click.FloatRange(b.get("gt"), b.get("le"), min_open="gt" in b)
+            if float in kinds
+            else click.STRING
+        )
+        default = field.default if door == "server" and typed is not click.STRING else None
+        shown: dict[str, Any] = {"default": default, "show_default": default is not None}
+        flags.append(
+            click.Option([o.flag, o.key], type=typed, metavar=o.metavar, help=said, **shown)
+        )
+    return flags
 
 
 def command(name: str, **attrs: Any) -> Callable[[Callable[..., Any]], Command]:

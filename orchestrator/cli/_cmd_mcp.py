@@ -4,6 +4,7 @@ server). The ``mcp`` SDK is imported only when this command runs."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -11,7 +12,7 @@ from ..errors import CliError
 from ._app import Output, command, get_app, run_async
 
 
-@command("mcp")
+@command("mcp", run_options="server")
 @click.option(
     "--http",
     "http",
@@ -32,8 +33,6 @@ from ._app import Output, command, get_app, run_async
     help="With --http: also answer requests whose Host is NAME (besides this machine's names"
     " and addresses); repeatable.",
 )
-@click.option("--model", metavar="SPEC", help="Default model of the clients' workers.")
-@click.option("--worker-model", metavar="SPEC", help="Default workers' model (else --model).")
 @click.option(
     "--allow-endpoint",
     "endpoints",
@@ -47,32 +46,16 @@ from ._app import Output, command, get_app, run_async
     is_flag=True,
     help="Let clients name scripted models of their own (they choose the workers' tool calls).",
 )
-@click.option(
-    "--budget-tokens",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Token budget of each client's job; 0: none.",
-)
-@click.option(
-    "--max-parallel",
-    type=click.IntRange(min=1, max=256),
-    default=4,
-    show_default=True,
-    help="Workers running at once in each client's job.",
-)
 @click.pass_context
 def mcp(
     ctx: click.Context,
+    /,
     http: str | None,
     token_file: str | None,
     allow_hosts: tuple[str, ...],
-    model: str | None,
-    worker_model: str | None,
     endpoints: tuple[str, ...],
     allow_scripted: bool,
-    budget_tokens: int,
-    max_parallel: int,
+    **options: Any,
 ) -> None:
     """Serve the Model Context Protocol (stdio by default) for Claude Code, Codex, Cursor.
 
@@ -101,16 +84,11 @@ def mcp(
         token = read_token(token_file) if token_file else new_token()
         door = Http(*address, token=token, token_file=token_file, allow_hosts=allow_hosts)
     settings = Settings(
-        model=model,
-        worker_model=worker_model,
-        budget_tokens=budget_tokens,
-        max_parallel=max_parallel,
-        cwd=Path.cwd(),
-        endpoints=endpoints,
-        allow_scripted=allow_scripted,
+        **options, cwd=Path.cwd(), endpoints=endpoints, allow_scripted=allow_scripted
     )
     # the server's own specs parse and the allowed endpoints are URLs, or exit 2 now
-    ModelPolicy.of((model, worker_model), endpoints=endpoints, base_dir=Path.cwd())
+    specs = (settings.model, settings.worker_model)
+    ModelPolicy.of(specs, endpoints=endpoints, base_dir=Path.cwd())
     db, create_dirs = get_app(ctx).database()
 
     async def go() -> Output:

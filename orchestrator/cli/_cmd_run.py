@@ -248,51 +248,16 @@ async def _ask_output(outcome: AskOutcome, store: Store) -> Output:
     return Output(data, text=render_answer(outcome, short=short), exit_code=code)
 
 
-@command("run")
+@command("run", run_options="run")
 @click.argument("job_file", metavar="JOB.toml", type=click.Path(dir_okay=False))
-@click.option("--model", metavar="SPEC", help="The lead's model (and the workers', by default).")
-@click.option("--worker-model", metavar="SPEC", help="The workers' model.")
-@click.option("--max-parallel", type=click.IntRange(min=1), help="Workers running at once.")
-@click.option(
-    "--budget-tokens", type=click.IntRange(min=0), help="Token budget of the whole job; 0: none."
-)
-@click.option(
-    "--max-output-tokens",
-    metavar="N",
-    type=click.IntRange(min=1),
-    help="Output-token ceiling of each model reply ([job] max_output_tokens).",
-)
-@click.option(
-    "--request-timeout",
-    metavar="S",
-    type=click.FloatRange(min=0, min_open=True),
-    help="Seconds one model request may take before it is cut ([job] request_timeout_s).",
-)
 @click.pass_context
-def run(
-    ctx: click.Context,
-    job_file: str,
-    model: str | None,
-    worker_model: str | None,
-    max_parallel: int | None,
-    budget_tokens: int | None,
-    max_output_tokens: int | None,
-    request_timeout: float | None,
-) -> None:
+def run(ctx: click.Context, /, job_file: str, **options: Any) -> None:
     """Run a job file to the end: the lead dispatches the tasks to workers, reviews their
     results and writes the report. Shows live progress on a terminal."""
     app = get_app(ctx)
     from ..jobs import load_job
 
-    job = load_job(
-        job_file,
-        model=model,
-        worker_model=worker_model,
-        max_parallel=max_parallel,
-        budget_tokens=budget_tokens,
-        max_output_tokens=max_output_tokens,
-        request_timeout_s=request_timeout,
-    )
+    job = load_job(job_file, **options)
     _check_models(job)
     _check_sandbox(job)
     run_async(

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from ..api import Orchestrator
 from ..exposure import Exposure, Guard, announce
-from ..jobs import DEFAULT_MODEL, JobSpec
+from ..jobs import RUN_OPTIONS, JobSpec
 from ..model_policy import ModelPolicy
 from ._refusals import validation_line
 
@@ -117,15 +117,13 @@ class Threadloom:
     def job_spec(self, client: str, workspace: Path) -> JobSpec:
         """The spec of a client's job in one workspace: the server's models and budget."""
         s = self.settings
+        flags = {o.key: getattr(s, o.key) for o in RUN_OPTIONS if o.server}  # ``mcp``'s
         return JobSpec(
             name=f"mcp: {client}",
             goal=f"Tasks dispatched by the MCP client {client!r}, whose agent is the lead.",
             workspace=str(workspace),
-            model=s.model or DEFAULT_MODEL,
-            worker_model=s.worker_model,
-            max_parallel=s.max_parallel,
-            budget_tokens=s.budget_tokens,
             base_dir=str(s.cwd),
+            **{k: v for k, v in flags.items() if v is not None},
         )
 
     # ------------------------------------------------------------------ serving

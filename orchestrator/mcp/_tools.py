@@ -13,7 +13,9 @@ wherever the thread came from.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, cast
 
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
@@ -22,7 +24,7 @@ from pydantic import Field
 
 from store import Kind, Status
 
-from ..jobs import MAX_TITLE_CHARS, TITLE_HELP, JobSpec, TaskInput, WorkerDefaults, check_tasks
+from ..jobs import MAX_TITLE_CHARS, RUN_OPTIONS, TITLE_HELP, JobSpec, TaskInput, check_tasks
 from ..session import Run, Waited
 from ._answers import (
     DEFAULT_WAIT_S,
@@ -51,21 +53,6 @@ WorkersModel = Annotated[
         f" server's --worker-model, else its --model. {MODEL_FORMS}"
     ),
 ]
-LeadModel = Annotated[
-    str | None,
-    Field(
-        description="The lead's model: it plans, dispatches, reviews and writes the report (and"
-        " is the workers' too unless worker_model is given); default: the server's --model."
-        f" {MODEL_FORMS}"
-    ),
-]
-JobWorkerModel = Annotated[
-    str | None,
-    Field(
-        description="The workers' (and readers') model, apart from the lead's; default: the"
-        f" server's --worker-model, else model. {MODEL_FORMS}"
-    ),
-]
 RunModel = Annotated[
     str | None,
     Field(description=f"The model this run goes on with; default: the thread's own. {MODEL_FORMS}"),
@@ -77,7 +64,29 @@ Workspace = Annotated[
         " lie within your roots; default: your first root, else the server's directory"
     ),
 ]
-Sandbox = Literal["auto", "required", "none"]
+F = TypeVar("F", bound=Callable[..., Any])
+KEYWORD = inspect.Parameter.KEYWORD_ONLY
+
+
+def with_run_options(fn: F) -> F:
+    """``fn`` with its ``**options`` made the run options MCP takes (``jobs.RUN_OPTIONS``), before
+    its keyword-only parameters: each optional (None: the server's default, else the job
+    file's), typed and bounded by its ``JobSpec`` field, a model's saying what a client may name."""
+    sig = inspect.signature(fn, eval_str=True)
+    own = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    options = []
+    for o in RUN_OPTIONS:
+        if o.mcp:
+            field = JobSpec.model_fields[o.key]
+            said = f"{o.mcp} {MODEL_FORMS}" if o.metavar == "SPEC" else o.mcp
+            kind = Annotated.__class_getitem__(  # type: ignore[attr-defined]
+                (cast(Any, field.annotation) | None, *field.metadata, Field(description=said))
+            )
+            options.append(inspect.Parameter(o.key, KEYWORD, default=None, annotation=kind))
+    keyword = [p for p in own if p.kind is KEYWORD]
+    params = [p for p in own if p.kind is not KEYWORD] + options + keyword
+    setattr(fn, "__signature__", sig.replace(parameters=params))  # noqa: B010
+    return fn
 
 
 def register_tools(app: Threadloom) -> None:
@@ -147,11 +156,9 @@ def register_tools(app: Threadloom) -> None:
             check_tasks(tasks)
             app.models(model, *(t.model for t in tasks))
             job = client_job(ctx, Roots.of(roots), workspace)
-            raw = [t.model_dump(exclude_none=True) for t in tasks]
-            if model:
-                raw = [{"model": model, **t} for t in raw]
-            lead = await bg.lead(job, models=[job.worker_spec(t.get("model")) for t in raw])
-            workers = await bg.dispatch(lead, raw)
+            given = [t.model_copy(update={"model": t.model or model}) for t in tasks]
+            lead = await bg.lead(job, models=[job.worker_spec(t.model) for t in given])
+            workers = await bg.dispatch(lead, given)
             w = await waited([run.ref for run in workers], "all", wait_s, ctx)
             return answer(
                 {
@@ -182,6 +189,7 @@ def register_tools(app: Threadloom) -> None:
             return answer({"workers": await entries(w), "pending": [i.ref for i in w.pending]})
 
     @tool(server, annotations=STARTS_WORK)
+    @with_run_options
     async def run_job(
         name: Annotated[
             str,
@@ -206,62 +214,28 @@ def register_tools(app: Threadloom) -> None:
             ),
         ] = None,
         workspace: Workspace = None,
-        model: LeadModel = None,
-        worker_model: JobWorkerModel = None,
-        max_parallel: Annotated[
-            int | None,
-            Field(ge=1, le=256, description="Workers running at once; default: 4"),
-        ] = None,
-        isolation: Annotated[
-            Literal["none", "worktree"] | None,
-            Field(
-                description="worktree: each worker in its own git worktree and branch of the"
-                " workspace's repository; default: none (all in the workspace)"
-            ),
-        ] = None,
-        budget_tokens: Annotated[
-            int | None,
-            Field(ge=0, description="Tokens the whole job may use, every thread counted; 0: none"),
-        ] = None,
-        sandbox: Annotated[
-            Sandbox | None,
-            Field(
-                description="bash under bubblewrap: auto (when installed) or required; none is"
-                " refused to a client confined to its roots; default: auto"
-            ),
-        ] = None,
-        network: Annotated[
-            bool | None,
-            Field(description="Whether sandboxed commands may use the network; default: no"),
-        ] = None,
-        worker: Annotated[
-            WorkerDefaults | None,
-            Field(description="The workers' limits and tools ([job.worker] of a job file)"),
-        ] = None,
+        *,
         wait_s: WaitSeconds = DEFAULT_WAIT_S,
+        **options: Any,
     ) -> CallToolResult:
         """Run a whole job as a job file would ([job] keys and tasks as arguments): a lead
         model plans, dispatches workers, reviews and reports. Returns the job's ref at once if
         it runs past wait_s; collect the report with `wait([job])`."""
         with refusals():
-            app.models(model, worker_model, *(t.model for t in tasks or []))
+            given = {
+                **options,
+                "model": options["model"] or app.settings.model,
+                "worker_model": options["worker_model"] or app.settings.worker_model,
+            }
+            worker = options["worker"]
+            app.models(given["model"], given["worker_model"], *(t.model for t in tasks or []))
             confine = Roots.of(roots)
             ws = confine.place(app.settings.cwd, workspace)
-            confine.check_sandbox(sandbox, what="sandbox")
+            confine.check_sandbox(options["sandbox"], what="sandbox")
             confine.check_sandbox(worker.sandbox if worker else None, what="worker.sandbox")
-            if isolation == "worktree" and confine.dirs:
+            if options["isolation"] == "worktree" and confine.dirs:
                 for place in await app.orch.isolation_writes(ws):
                     confine.check(place, what="worktree isolation writes to")
-            fields: dict[str, Any] = {
-                "model": model or app.settings.model,
-                "worker_model": worker_model or app.settings.worker_model,
-                "max_parallel": max_parallel,
-                "isolation": isolation,
-                "budget_tokens": budget_tokens,
-                "sandbox": sandbox,
-                "network": network,
-                "worker": worker,
-            }
             spec = JobSpec.from_input(  # the job file's rules: unique task ids, one-line titles
                 {
                     "name": name,
@@ -269,7 +243,7 @@ def register_tools(app: Threadloom) -> None:
                     "workspace": str(ws),
                     "base_dir": str(app.settings.cwd),
                     "tasks": [t.model_dump(exclude_none=True) for t in tasks or []],
-                    **{k: v for k, v in fields.items() if v is not None},
+                    **{k: v for k, v in given.items() if v is not None},
                 }
             )
             lead = (await bg.start_job(spec)).thread

@@ -60,7 +60,7 @@ from workers.tools import (
 from ..errors import LedgerTooLarge, WorktreeError
 from ..isolation import Isolation, WorkerTree
 from ..isolation.worktrees import DB_FILES
-from ..jobs import JobSpec
+from ..jobs import JobSpec, TaskInput, check_tasks
 from . import threads
 from .check import check_result
 from .executors import Executor, executor_for
@@ -501,14 +501,15 @@ class JobRuntime:
     # ------------------------------------------------------------------ creating threads
 
     async def spawn_workers(
-        self, *, tool_use_id: str, tasks: Sequence[dict[str, Any]]
+        self, *, tool_use_id: str, tasks: Sequence[TaskInput]
     ) -> list[tuple[ThreadInfo, bool]]:
         """One worker thread per task (``threads.spawn_workers``), counted in ``spawned``.
         Each task's model is built first: one that cannot be (a bad spec, a missing key, a
         model the caller may not have) refuses the dispatch with nothing stored, rather than
         leave a worker queued that no run can start."""
-        for raw in tasks:
-            self.model(self.job.worker_spec(raw.get("model")), worker=True)
+        check_tasks(tasks)  # ids unique in the dispatch (in the job: ``threads``)
+        for t in tasks:
+            self.model(self.job.worker_spec(t.model), worker=True)
         out = await threads.spawn_workers(
             self.store,
             self.job,

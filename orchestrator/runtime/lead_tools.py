@@ -36,7 +36,7 @@ from workers.tools import Tool, ToolContext, ToolFailure, ToolInput, ToolOutput
 
 from ..errors import ReadError, WorktreeError
 from ..isolation import merge_refs
-from ..jobs import TaskInput, check_tasks
+from ..jobs import TaskInput
 from ..outcomes import AskOutcome
 from ..views import claim_lines, marked_snippet
 from .pages import (
@@ -94,7 +94,7 @@ class Runtime(Protocol):
     def current_lead(self) -> str: ...
 
     async def spawn_workers(
-        self, *, tool_use_id: str, tasks: Sequence[dict[str, Any]]
+        self, *, tool_use_id: str, tasks: Sequence[TaskInput]
     ) -> list[tuple[ThreadInfo, bool]]: ...
 
     async def create_reader(
@@ -145,11 +145,7 @@ class DispatchTool(JobTool[DispatchInput]):
 
     async def run(self, args: DispatchInput, ctx: ToolContext) -> ToolOutput:
         try:
-            check_tasks(args.tasks)
-            spawned = await self.rt.spawn_workers(
-                tool_use_id=ctx.tool_use_id,
-                tasks=[t.model_dump(exclude_none=True) for t in args.tasks],
-            )
+            spawned = await self.rt.spawn_workers(tool_use_id=ctx.tool_use_id, tasks=args.tasks)
         except (ValueError, ScriptError) as err:  # a task refused, a model that cannot be built
             raise ToolFailure(str(err)) from None
         results: list[dict[str, Any] | None] = [None] * len(spawned)

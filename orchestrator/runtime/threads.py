@@ -34,7 +34,7 @@ from workers.providers import parse_model_spec
 
 from ..errors import DispatchError
 from ..isolation import Isolation
-from ..jobs import JobSpec, TaskSpec
+from ..jobs import JobSpec, TaskInput, TaskSpec
 from .prompts import imported_system_prompt, lead_system_prompt, reader_system_prompt
 
 LEAD_TOOLS = (
@@ -96,7 +96,7 @@ async def spawn_workers(
     lead_id: str,
     isolation: Isolation | None,
     tool_use_id: str,
-    tasks: Sequence[dict[str, Any]],
+    tasks: Sequence[TaskInput],
 ) -> list[tuple[ThreadInfo, bool]]:
     """One worker thread per task (idempotent per lead tool_use id and task index): (thread,
     created now). ``isolation``: the job's worktree isolation, which places each worker.
@@ -111,7 +111,7 @@ async def spawn_workers(
         for d in await store.dispatches.of_job(job_id)
         if (d.lead_id, d.tool_use_id) != (lead_id, tool_use_id) and d.task_key
     }
-    given = [str(raw["id"]) for raw in tasks if raw.get("id")]
+    given = [t.id for t in tasks if t.id]
     reused = next((i for i in given if i in earlier), None)
     if reused is not None:
         raise DispatchError(
@@ -119,19 +119,19 @@ async def spawn_workers(
         )
     taken = earlier | set(given)
     keys = []
-    for i, raw in enumerate(tasks):
-        key, n = raw.get("id"), i + 1
+    for i, t in enumerate(tasks):
+        key, n = t.id, i + 1
         while not key:
             key = f"task-{n}" if f"task-{n}" not in taken else None
             n += 1
-        taken.add(str(key))
-        keys.append(str(key))
+        taken.add(key)
+        keys.append(key)
     spawns = []
     iso = isolation
-    for i, raw in enumerate(tasks):
+    for i, t in enumerate(tasks):
         task_id = keys[i]
-        tools = list(raw.get("tools") or job.worker.tools)
-        spec = job.worker_spec(raw.get("model"))
+        tools = list(t.tools or job.worker.tools)
+        spec = job.worker_spec(t.model)
         parse_model_spec(spec)
         tid = new_id()
         ref = format_ref(tid)
@@ -147,11 +147,11 @@ async def spawn_workers(
                 task_key=task_id,
                 thread_id=tid,
                 kind=Kind.WORKER,
-                title=str(raw.get("title") or task_id),
+                title=t.title,
                 task={
                     "id": task_id,
-                    "title": str(raw.get("title") or task_id),
-                    "prompt": str(raw.get("prompt") or ""),
+                    "title": t.title,
+                    "prompt": t.prompt,
                     **placement,
                     "max_turns": job.worker.max_turns,
                     "timeout_s": job.worker.timeout_s,
@@ -161,11 +161,7 @@ async def spawn_workers(
                 ),
                 tools=[*tools, SUBMIT_RESULT],
                 model=spec,
-                messages=[
-                    NewMessage.user(
-                        task_message(task_id, str(raw.get("title") or task_id), str(raw["prompt"]))
-                    )
-                ],
+                messages=[NewMessage.user(task_message(task_id, t.title, t.prompt))],
             )
         )
     # one transaction for the whole dispatch (a replayed one finds its rows and reuses them)
@@ -236,20 +232,7 @@ def lead_tool_names(isolation: bool) -> list[str]:
 
 
 def first_dispatch(tasks: Sequence[TaskSpec]) -> NewMessage:
-    payload = [
-        {
-            k: v
-            for k, v in {
-                "id": t.id,
-                "title": t.title,
-                "prompt": t.prompt,
-                "tools": t.tools,
-                "model": t.model,
-            }.items()
-            if v is not None
-        }
-        for t in tasks
-    ]
+    payload = [t.model_dump(exclude_none=True) for t in tasks]
     return NewMessage(
         role="assistant",
         content=[
