@@ -1,53 +1,133 @@
 """The agent runtime: the loop that runs one thread, model providers, coding tools.
 
 Workers know threads (``store``) but nothing of jobs or leads; the orchestrator composes them.
+
+Public names are loaded on first access, as ``orchestrator``'s: a module that needs one part
+(``workers.tools``' names, ``context_window``) does not pay for the loop, the store's engine and
+the providers.
 """
 
-from ._loop import (
-    INTERRUPTED_RESULT,
-    BudgetExhausted,
-    CheckHook,
-    HandOff,
-    LoopConfig,
-    LoopEvent,
-    RunOutcome,
-    run_thread,
-    runner_id,
-)
-from ._prompts import project_notes, worker_system_prompt
-from ._protocol import (
-    ORCHESTRATOR_TOOL_ID_PREFIX,
-    Model,
-    ModelRequest,
-    ModelResponse,
-    StopReason,
-    ToolSpec,
-    preflight,
-)
-from ._request import DEFAULT_OUTPUT_CAP, build_request, cap_text
-from ._results import SUBMIT_RESULT, Submission
-from ._tokens import (
-    BYTES_PER_TOKEN,
-    context_window,
-    estimate_tokens,
-    prefix_tokens,
-    request_tokens,
-)
-from .errors import (
-    BadModelResponse,
-    ContextTooLong,
-    HandOffRefused,
-    ModelError,
-    ModelSpecError,
-    ProviderRejected,
-    ProviderUnavailable,
-    ScriptError,
-    SpendLimitReached,
-    ToolInputError,
-    WorkerError,
-)
-from .providers import make_model, parse_model_spec
-from .tools import DEFAULT_WORKER_TOOLS, TOOL_REGISTRY, Tool, ToolContext, ToolOutput, build_tools
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._loop import (
+        INTERRUPTED_RESULT,
+        BudgetExhausted,
+        CheckHook,
+        HandOff,
+        LoopConfig,
+        LoopEvent,
+        RunOutcome,
+        run_thread,
+        runner_id,
+    )
+    from ._prompts import (
+        project_notes,
+        worker_system_prompt,
+    )
+    from ._protocol import (
+        ORCHESTRATOR_TOOL_ID_PREFIX,
+        Model,
+        ModelRequest,
+        ModelResponse,
+        StopReason,
+        ToolSpec,
+        preflight,
+    )
+    from ._request import (
+        DEFAULT_OUTPUT_CAP,
+        build_request,
+        cap_text,
+    )
+    from ._results import (
+        SUBMIT_RESULT,
+        Submission,
+    )
+    from ._tokens import (
+        BYTES_PER_TOKEN,
+        context_window,
+        estimate_tokens,
+        prefix_tokens,
+        request_tokens,
+    )
+    from .errors import (
+        BadModelResponse,
+        ContextTooLong,
+        HandOffRefused,
+        ModelError,
+        ModelSpecError,
+        ProviderRejected,
+        ProviderUnavailable,
+        ScriptError,
+        SpendLimitReached,
+        ToolInputError,
+        WorkerError,
+    )
+    from .providers import (
+        make_model,
+        parse_model_spec,
+    )
+    from .tools import (
+        DEFAULT_WORKER_TOOLS,
+        TOOL_REGISTRY,
+        Tool,
+        ToolContext,
+        ToolOutput,
+        build_tools,
+    )
+
+_WHERE = {
+    "BYTES_PER_TOKEN": "._tokens",
+    "BadModelResponse": ".errors",
+    "BudgetExhausted": "._loop",
+    "CheckHook": "._loop",
+    "ContextTooLong": ".errors",
+    "DEFAULT_OUTPUT_CAP": "._request",
+    "DEFAULT_WORKER_TOOLS": ".tools",
+    "HandOff": "._loop",
+    "HandOffRefused": ".errors",
+    "INTERRUPTED_RESULT": "._loop",
+    "LoopConfig": "._loop",
+    "LoopEvent": "._loop",
+    "Model": "._protocol",
+    "ModelError": ".errors",
+    "ModelRequest": "._protocol",
+    "ModelResponse": "._protocol",
+    "ModelSpecError": ".errors",
+    "ORCHESTRATOR_TOOL_ID_PREFIX": "._protocol",
+    "ProviderRejected": ".errors",
+    "ProviderUnavailable": ".errors",
+    "RunOutcome": "._loop",
+    "SUBMIT_RESULT": "._results",
+    "ScriptError": ".errors",
+    "SpendLimitReached": ".errors",
+    "StopReason": "._protocol",
+    "Submission": "._results",
+    "TOOL_REGISTRY": ".tools",
+    "Tool": ".tools",
+    "ToolContext": ".tools",
+    "ToolInputError": ".errors",
+    "ToolOutput": ".tools",
+    "ToolSpec": "._protocol",
+    "WorkerError": ".errors",
+    "build_request": "._request",
+    "build_tools": ".tools",
+    "cap_text": "._request",
+    "context_window": "._tokens",
+    "estimate_tokens": "._tokens",
+    "make_model": ".providers",
+    "parse_model_spec": ".providers",
+    "prefix_tokens": "._tokens",
+    "preflight": "._protocol",
+    "project_notes": "._prompts",
+    "request_tokens": "._tokens",
+    "run_thread": "._loop",
+    "runner_id": "._loop",
+    "worker_system_prompt": "._prompts",
+}
 
 __all__ = [
     "BYTES_PER_TOKEN",
@@ -98,3 +178,11 @@ __all__ = [
     "runner_id",
     "worker_system_prompt",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
