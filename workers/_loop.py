@@ -608,12 +608,19 @@ async def _after_turn(
     if stop == "refusal":
         return await _finish(run, Status.FAILED, error="the model refused to continue")
     said = reply_text(response)
-    once: str | None = None
+    once: str | None = None  # a cut-off reply said over: what it said once (``restated``)
     if stop == "max_tokens" and not uses:
-        restated_or_stopped = await _restated(run, said)
-        if isinstance(restated_or_stopped, RunOutcome):
-            return restated_or_stopped
-        once = restated_or_stopped
+        cut = restated(said)
+        if cut is not None:
+            once = said[:cut].rstrip()
+        elif _restarted(run.history, said):
+            log.warning("turn.restarted", seq=turn.seq)
+            return await _finish(
+                run,
+                Status.FAILED,
+                error=f"{format_ref(run.thread_id)}: asked to continue its cut-off reply, the"
+                " model wrote it again from the start; stopped",
+            )
     loop = repetition(said)
     # a lead's or a reader's text is its output (the report, the answer): cut off inside a
     # loop, what it said before the loop began again is kept. A worker's output is its
@@ -698,30 +705,16 @@ async def _after_turn(
     return None
 
 
-async def _restated(run: _Run, said: str) -> str | RunOutcome | None:
-    """A reply cut off by the output limit that says its piece again (``restated``): the text
-    up to where it begins again; a reply that, asked to continue, began the cut-off one again
-    (``restarted``): the run fails, naming it; None: a plain cut-off."""
-    cut = restated(said)
-    if cut is not None:
-        return said[:cut].rstrip()
-    previous = run.history[-3] if len(run.history) >= 3 else None
-    asked = run.history[-2] if len(run.history) >= 2 else None
-    if (
-        previous is not None
-        and asked is not None
-        and previous.role == "assistant"
+def _restarted(history: Sequence[Message], said: str) -> bool:
+    """``said`` answers the cut-off notice by beginning the cut-off reply again (``restarted``)."""
+    if len(history) < 3:
+        return False
+    previous, asked = history[-3], history[-2]
+    return (
+        previous.role == "assistant"
         and _text_of(asked) == CUT_OFF_TEXT
         and restarted(_text_of(previous), said)
-    ):
-        log.warning("turn.restarted", seq=run.history[-1].seq)
-        return await _finish(
-            run,
-            Status.FAILED,
-            error=f"{format_ref(run.thread_id)}: asked to continue its cut-off reply, the model"
-            " wrote it again from the start; stopped",
-        )
-    return None
+    )
 
 
 async def _nudge_for(run: _Run, *, empty: bool) -> str | None:
@@ -748,16 +741,16 @@ async def _spent(run: _Run) -> tuple[str, BudgetExhausted | None] | None:
     cfg = run.config
     if run.turns >= cfg.max_turns:
         return f"max_turns ({cfg.max_turns}) reached without an end", None
-    try:
-        if cfg.max_tokens_total is not None and run.usage.total_tokens >= cfg.max_tokens_total:
-            raise BudgetExhausted(
-                f"{run.usage.total_tokens:,} of {cfg.max_tokens_total:,} tokens for this thread"
-            )
-        if run.before_model_call is not None:
+    spent: BudgetExhausted | None = None
+    if cfg.max_tokens_total is not None and run.usage.total_tokens >= cfg.max_tokens_total:
+        used = f"{run.usage.total_tokens:,} of {cfg.max_tokens_total:,} tokens for this thread"
+        spent = BudgetExhausted(used)
+    elif run.before_model_call is not None:
+        try:
             await run.before_model_call()
-    except BudgetExhausted as exc:
-        return f"budget exhausted: {exc}", exc
-    return None
+        except BudgetExhausted as exc:
+            spent = exc
+    return None if spent is None else (f"budget exhausted: {spent}", spent)
 
 
 async def _finish(

@@ -17,8 +17,8 @@ the steps such a model was measured unable to do are ``xfail`` with the reason (
 
 Knobs (environment): ``THREADLOOM_LIVE_TOOL_CALLS`` (``[job] tool_calls`` for ``openai:``
 models; default ``constrained``), ``THREADLOOM_LIVE_MAX_OUTPUT_TOKENS`` (default 512: a small
-model's loop costs one short reply), ``THREADLOOM_LIVE_TIMEOUT_S`` and ``THREADLOOM_LIVE_KEEP``
-as in ``test_live_model``.
+model's loop costs one short reply), ``THREADLOOM_LIVE_TIMEOUT_S``,
+``THREADLOOM_LIVE_REQUEST_TIMEOUT_S`` and ``THREADLOOM_LIVE_KEEP`` as in ``test_live_model``.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from tests.live.test_live_model import (
     LiveJob,
     assert_paired,
     calls,
+    model_lines,
     small_model_cannot,
 )
 
@@ -76,16 +77,10 @@ def write_job(root: Path, spec: str) -> Path:
         "goal = \"Report how many tests the calc sample's suite runs, and how many pass, fail"
         ' and error."',
         'workspace = "sample"',
-        f"model = {json.dumps(spec)}",
         "max_parallel = 1",
         'isolation = "none"',
         "budget_tokens = 0",
-        f"max_output_tokens = {int(os.environ.get('THREADLOOM_LIVE_MAX_OUTPUT_TOKENS') or 512)}",
-    ]
-    if spec.startswith("openai:"):
-        mode = os.environ.get("THREADLOOM_LIVE_TOOL_CALLS") or "constrained"
-        lines.append(f"tool_calls = {json.dumps(mode)}")
-    lines += [
+        *model_lines(spec, max_output_tokens=512),  # a small model's loop costs one short reply
         "",
         "[job.worker]",
         "max_turns = 8",

@@ -108,6 +108,21 @@ def _toml_str(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid TOML basic string
 
 
+def model_lines(spec: str, *, max_output_tokens: int | None = None) -> list[str]:
+    """The ``[job]`` keys that say how the model is asked, from the knobs (the module
+    docstring): the spec, its output and time limits, and for ``openai:`` models the tool-call
+    mode (default ``constrained``: small models need their calls shaped)."""
+    lines = [f"model = {_toml_str(spec)}"]
+    if tokens := os.environ.get("THREADLOOM_LIVE_MAX_OUTPUT_TOKENS") or max_output_tokens:
+        lines.append(f"max_output_tokens = {int(tokens)}")
+    if timeout := os.environ.get("THREADLOOM_LIVE_REQUEST_TIMEOUT_S"):
+        lines.append(f"request_timeout_s = {float(timeout)}")
+    if spec.startswith("openai:"):
+        mode = os.environ.get("THREADLOOM_LIVE_TOOL_CALLS") or "constrained"
+        lines.append(f"tool_calls = {_toml_str(mode)}")
+    return lines
+
+
 def write_job(root: Path, spec: str, task_ids: list[str]) -> Path:
     demo = tomllib.loads((DEMO / "job.toml").read_text(encoding="utf-8"))
     tasks = {t["id"]: t for t in demo["task"]}
@@ -119,18 +134,11 @@ def write_job(root: Path, spec: str, task_ids: list[str]) -> Path:
         'name = "live-demo"',
         f"goal = {_toml_str(demo['job']['goal'])}",
         'workspace = "sample"',
-        f"model = {_toml_str(spec)}",
         f"max_parallel = {int(os.environ.get('THREADLOOM_LIVE_MAX_PARALLEL') or 1)}",
         'isolation = "none"',
         f"budget_tokens = {int(os.environ.get('THREADLOOM_LIVE_BUDGET') or 0)}",
+        *model_lines(spec),
     ]
-    if tokens := os.environ.get("THREADLOOM_LIVE_MAX_OUTPUT_TOKENS"):
-        lines.append(f"max_output_tokens = {int(tokens)}")
-    if timeout := os.environ.get("THREADLOOM_LIVE_REQUEST_TIMEOUT_S"):
-        lines.append(f"request_timeout_s = {float(timeout)}")
-    if spec.startswith("openai:"):  # as test_live_count: small models need their calls shaped
-        mode = os.environ.get("THREADLOOM_LIVE_TOOL_CALLS") or "constrained"
-        lines.append(f"tool_calls = {json.dumps(mode)}")
     lines += [
         "",
         "[job.worker]",
