@@ -1,12 +1,10 @@
 """The SPEC JSON shapes (SPEC §Command line, ``--json``) of threads, messages, results and
 usage: what every front door — the CLI, the MCP server, the web viewer — returns, built in one
-place (``orchestrator.api`` computes them; the CLI's read-only fast path builds them from its
-plain objects).
+place (``orchestrator.api`` computes them; the CLI's read-only fast path builds them from the
+same models, read through ``store.rawread``).
 
-Pure functions over either read path's objects: the store's models or the fast path's plain
-ones with the same attribute names (``store.rawread``). No click, no rich, and nothing heavy
-at import (no pydantic: blocks are told by their ``type``, JSON comes from their
-``model_dump``) — the fast path's start-up time is the point.
+Pure functions over the store's models. No click, no rich, and nothing heavy at import — the
+fast path's start-up time is the point.
 """
 
 from __future__ import annotations
@@ -18,15 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from store import Message, Result, ThreadInfo, Usage, UsageTotal
-    from store.rawread import RawMessage, RawResult, RawThread, RawUsage
-
-    # Either read path's objects: the store's models, or the fast path's plain ones with the
-    # same attribute names (``store.rawread``). Nothing here imports pydantic to tell them
-    # apart: blocks are told by their ``type``, JSON comes from their ``model_dump``.
-    AnyThread = ThreadInfo | RawThread
-    AnyMessage = Message | RawMessage
-    AnyResult = Result | RawResult
-    AnyUsage = Usage | RawUsage
 
 
 LS_LIMIT = 50
@@ -40,22 +29,22 @@ def iso(when: datetime) -> str:
     return when.isoformat()
 
 
-def usage_json(usage: AnyUsage) -> dict[str, int]:
+def usage_json(usage: Usage) -> dict[str, int]:
     return usage.model_dump(mode="json")
 
 
-def cache_share(usage: AnyUsage) -> float | None:
+def cache_share(usage: Usage) -> float | None:
     """cache_read / (input + cache_read + cache_creation): how much input came from the cache."""
     total = usage.total_input
     return None if total == 0 else usage.cache_read_input_tokens / total
 
 
-def fork_json(info: AnyThread) -> dict[str, Any] | None:
+def fork_json(info: ThreadInfo) -> dict[str, Any] | None:
     f = info.forked_from
     return None if f is None else {"ref": f.ref, "at": f.at}
 
 
-def thread_json(info: AnyThread) -> dict[str, Any]:
+def thread_json(info: ThreadInfo) -> dict[str, Any]:
     """A thread's metadata as ``ls`` lists it (and ``show`` starts it); ``source``: where an
     imported thread came from (``source_json``), None for any other; ``continues`` and
     ``continued_by``: the thread it took over from in a handoff and the one that took over
@@ -83,9 +72,7 @@ WholeText = Callable[[Any, Any], "str | None"]
 None to keep the block as stored (its preview)."""
 
 
-def message_json(
-    msg: AnyMessage, thread_id: str, *, whole: WholeText | None = None
-) -> dict[str, Any]:
+def message_json(msg: Message, thread_id: str, *, whole: WholeText | None = None) -> dict[str, Any]:
     # the blocks as stored (``store.content_json``), from whichever read path built them
     content = [b.model_dump(mode="json", exclude_none=True) for b in msg.content]
     if whole is not None:  # outputs stored apart, whole instead of their preview
@@ -109,7 +96,7 @@ def source_json(task: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: v for k, v in src.items() if k != "imported"}
 
 
-def result_json(result: AnyResult | None) -> dict[str, Any] | None:
+def result_json(result: Result | None) -> dict[str, Any] | None:
     """A result's SPEC JSON; its ``check`` whole (a ``status`` claim's ``index`` is null)."""
     if result is None:
         return None
@@ -148,7 +135,7 @@ def _ref(thread_id: str | None) -> str | None:
 
 
 def hit_json(hit: Any) -> dict[str, Any]:
-    """One search hit (a ``SearchHit`` or the fast path's ``RawHit``), SPEC ``search``, and
+    """One search hit (a ``SearchHit``), SPEC ``search``, and
     ``marks``: the ``[start, end)`` offsets (in characters) of each match in ``snippet``,
     which is the text as written, with no marker in it."""
     return {
@@ -244,14 +231,14 @@ class ThreadView:
 
     def __init__(
         self,
-        info: AnyThread,
-        messages: Sequence[AnyMessage] | None,
+        info: ThreadInfo,
+        messages: Sequence[Message] | None,
         *,
-        usage: AnyUsage,
+        usage: Usage,
         cost: float,
         start: int | None = None,
         end: int | None = None,
-        before: AnyMessage | None = None,
+        before: Message | None = None,
     ) -> None:
         self.info = info
         self.messages = messages
@@ -291,16 +278,16 @@ class ThreadView:
 
 
 def tree_json(
-    focus: AnyThread,
-    threads: Sequence[AnyThread],
+    focus: ThreadInfo,
+    threads: Sequence[ThreadInfo],
     totals: Mapping[str, Any],
     *,
-    empty: AnyUsage,
+    empty: Usage,
 ) -> dict[str, Any]:
     """SPEC ``tree --json``: the job's lead node, nested — a spawned thread under the thread
     that spawned it, a fork under the thread it was forked from — with ``focus`` naming the
     ref asked about. ``threads``: the job's, oldest first; ``totals``: the usage total
-    (``UsageTotal``/``RawTotal``) per thread id; ``empty``: the usage of a thread with none.
+    (``UsageTotal``) per thread id; ``empty``: the usage of a thread with none.
 
     A handoff's chain (SPEC "Jobs larger than one context") stays together: each node names
     the thread it ``continues`` and the one it is ``continued_by``; a successor is listed right
@@ -428,7 +415,7 @@ def stats_json(
     }
 
 
-def checked_share(threads: Sequence[AnyThread]) -> dict[str, Any]:
+def checked_share(threads: Sequence[ThreadInfo]) -> dict[str, Any]:
     """The claims of the threads' checked results: how many, how many verified, the share."""
     claims = verified = 0
     for t in threads:

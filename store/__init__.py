@@ -56,7 +56,6 @@ if TYPE_CHECKING:
         ThreadNotFound,
     )
     from .models import (
-        CONTENT_ADAPTER,
         TERMINAL_STATUSES,
         Change,
         Check,
@@ -80,15 +79,15 @@ if TYPE_CHECKING:
         ToolUseBlock,
         Usage,
         UsageRecord,
+        ValidationError,
         Verdict,
         Verification,
-        construct_model,
+        validate_blocks,
     )
     from .refs import REF_IN_TEXT, ResolvedRef, ThreadRef, format_ref, new_id, shortest_refs
 
 _WHERE = {
     "AmbiguousRef": ".errors",
-    "CONTENT_ADAPTER": ".models",
     "Change": ".models",
     "Check": ".models",
     "ClaimCheck": ".models",
@@ -145,7 +144,8 @@ _WHERE = {
     "Verdict": ".models",
     "Verification": ".models",
     "configured_secrets": "._redact",
-    "construct_model": ".models",
+    "ValidationError": ".models",
+    "validate_blocks": ".models",
     "content_json": "._transcript",
     "database_url": "._engine",
     "dump_transcript": "._transcript",
@@ -170,7 +170,6 @@ _WHERE = {
 }
 
 __all__ = [
-    "CONTENT_ADAPTER",
     "FTS_TABLE",
     "INLINE_LIMIT",
     "MASK",
@@ -226,10 +225,10 @@ __all__ = [
     "Usage",
     "UsageRecord",
     "UsageTotal",
+    "ValidationError",
     "Verdict",
     "Verification",
     "configured_secrets",
-    "construct_model",
     "content_json",
     "database_url",
     "dump_transcript",
@@ -250,6 +249,7 @@ __all__ = [
     "taken_secrets",
     "transcript_line",
     "transcript_parts",
+    "validate_blocks",
 ]
 
 

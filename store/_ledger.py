@@ -52,6 +52,11 @@ def usage_row(
     }
 
 
+def totals(tx: Tx, *, thread_id: str | None, job_id: str | None) -> list[UsageTotal]:
+    """``Ledger.totals`` inside a read: usage summed per thread."""
+    return [_total(r) for r in usage_totals(tx, thread_id=thread_id, job_id=job_id)]
+
+
 def _total(row: tuple[Any, ...]) -> UsageTotal:
     tid, inp, out, read, created, cost, responses = row
     usage = Usage(
@@ -83,12 +88,11 @@ class Ledger:
         """Usage summed per thread (SQL sums of the usage rows): of one thread, of every thread
         of a job, or of every thread. One thread's sum is a small indexed read: on the event
         loop's thread unless SQLite is busy."""
-        rows = await self._writer.db.read(
-            lambda tx: usage_totals(tx, thread_id=thread_id, job_id=job_id),
+        return await self._writer.db.read(
+            lambda tx: totals(tx, thread_id=thread_id, job_id=job_id),
             where="summing usage",
             inline=thread_id is not None,
         )
-        return [_total(r) for r in rows]
 
     async def of_thread(self, thread_id: str) -> Usage:
         rows = await self.totals(thread_id=thread_id)

@@ -20,13 +20,13 @@ from ._outputs import OutputFile
 from ._sqlite import Tx, as_utc, json_value, utcnow
 from .errors import InvariantError, LeaseLost, StoreError, ThreadNotFound
 from .models import (
-    CONTENT_ADAPTER,
     CONTENT_FORMAT,
     ContentBlock,
     Message,
     NewMessage,
     ThreadInfo,
     UsageRecord,
+    validate_blocks,
 )
 from .refs import format_ref
 
@@ -64,7 +64,7 @@ def encode(msgs: Sequence[NewMessage]) -> list[Encoded]:
             out.append((content, text, None))
             continue
         content, text = _SURROGATE.sub("\ufffd", content), _SURROGATE.sub("\ufffd", text)
-        out.append((content, text, CONTENT_ADAPTER.validate_json(content)))
+        out.append((content, text, validate_blocks(json.loads(content))))
     return out
 
 
@@ -101,12 +101,14 @@ def rows_of(
         )
         texts.append({"text": text, "thread_id": thread_id, "seq": seq})
         out.append(
-            Message.model_construct(
-                thread_id=thread_id,
-                seq=seq,
-                role=m.role,
-                content=list(m.content) if stored is None else stored,
-                created_at=at,
+            Message.trusted(
+                {
+                    "role": m.role,
+                    "content": list(m.content) if stored is None else stored,
+                    "seq": seq,
+                    "thread_id": thread_id,
+                    "created_at": at,
+                }
             )
         )
     return rows, texts, out

@@ -138,7 +138,7 @@ def store_apart(
                     b = _write(tx, thread_id, seq, b, source, ref)
                     changed = True
             blocks.append(b)
-        out.append(NewMessage.model_construct(role=m.role, content=blocks) if changed else m)
+        out.append(NewMessage.trusted({"role": m.role, "content": blocks}) if changed else m)
     return out
 
 

@@ -1,15 +1,13 @@
-"""Stored message rows into the store's pydantic models, without validating them a second time.
+"""Stored message rows into the store's models, without validating them a second time.
 
-Every message is validated once, at the boundary: a ``NewMessage`` is a validated model before
-``Store.append`` sees it, and its row is that model's ``model_dump(mode="json",
-exclude_none=True)``. Validating it again on every read was most of the time of loading a long
-history. So the blocks of a row whose JSON has exactly a shape this module knows — the keys the
-store writes for each block type, in the order it writes them — are built straight into the
-models (their ``__dict__`` set as ``model_construct`` sets it, defaults filled in, the field set
-the validated model would have); a row of any other shape (written by another version, or not by
-the store) is validated in full, which gives the same models. ``KNOWN_SHAPES`` is held to the
-models' fields by a test (``tests/store/test_models_stored.py``), which also holds the two ways
-equal for every shape.
+Every message is validated once, where it enters (``store.models``): a ``NewMessage`` is checked
+before ``Store.append`` sees it, and its row is its ``model_dump(mode="json",
+exclude_none=True)``. So the blocks of a row whose JSON has exactly a shape the store writes
+(``KNOWN_SHAPES``: the keys of each block type, in the order they are written) are built from
+the parsed JSON as it is: the object becomes the block's ``__dict__`` (a field the JSON leaves
+out is the class's default), nested objects become their models. A row of any other shape
+(written by another version, or not by the store) is validated in full, which gives the same
+models. ``tests/store/test_models_stored.py`` holds the two ways equal for every shape.
 
 A history is read per segment (``_readsql.segments``) as ``(content, role, created_at)`` rows
 (``_readsql.HISTORY_SQL``): the owner and the seqs are the segment's, the contents are parsed
@@ -20,17 +18,18 @@ a long segment read through raw ``sqlite3`` comes ``CHUNK_ROWS`` messages a row 
 
 from __future__ import annotations
 
+import functools
 import gc
 import itertools
+import json
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-import pydantic_core
-from pydantic import BaseModel
-
+from ._record import Model
 from .models import (
     Change,
     Effects,
@@ -40,95 +39,70 @@ from .models import (
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
-    _new,
-    _set_dict,
-    _set_extra,
-    _set_fields,
-    _set_private,
-    construct_model,
 )
 
-_TEXT = ("type", "text")
-_STORED = ("chars", "bytes", "chunks", "head", "tail", "sha256")
-
-KNOWN_SHAPES: dict[tuple[str, ...], tuple[type[BaseModel], str]] = {
-    # the keys of a stored block, in the order the store writes them → (model, its type)
-    _TEXT: (TextBlock, "text"),
-    ("type", "thinking", "signature"): (ThinkingBlock, "thinking"),
-    ("type", "thinking"): (ThinkingBlock, "thinking"),  # signature None: left out when written
-    ("type", "id", "name", "input"): (ToolUseBlock, "tool_use"),
-    ("type", "tool_use_id", "content", "is_error"): (ToolResultBlock, "tool_result"),
-    ("type", "tool_use_id", "content", "is_error", "stored"): (ToolResultBlock, "tool_result"),
-    ("type", "tool_use_id", "content", "is_error", "effects"): (ToolResultBlock, "tool_result"),
-    ("type", "tool_use_id", "content", "is_error", "stored", "effects"): (
-        ToolResultBlock,
-        "tool_result",
-    ),
+KNOWN_SHAPES: dict[tuple[str, ...], type[Model]] = {
+    # the keys of a stored block, in the order the store writes them → its class
+    ("type", "text"): TextBlock,
+    ("type", "thinking", "signature"): ThinkingBlock,
+    ("type", "thinking"): ThinkingBlock,  # signature None: left out when written
+    ("type", "id", "name", "input"): ToolUseBlock,
+    ("type", "tool_use_id", "content", "is_error"): ToolResultBlock,
+    ("type", "tool_use_id", "content", "is_error", "stored"): ToolResultBlock,
+    ("type", "tool_use_id", "content", "is_error", "effects"): ToolResultBlock,
+    ("type", "tool_use_id", "content", "is_error", "stored", "effects"): ToolResultBlock,
 }
 """Each block shape built without validation; any other is validated."""
 
-STORED_OUTPUT_SHAPE = _STORED
+STORED_OUTPUT_SHAPE = StoredOutput.field_names
 """The keys of a stored ``ToolResultBlock.stored``, in order."""
 
-_CHANGE = ("path", "action")
-_EFFECTS = (
-    ("exit_code", "changed", "complete", "concurrent"),
-    ("changed", "complete", "concurrent"),
-)
-EFFECTS_SHAPES = _EFFECTS
+EFFECTS_SHAPES = (Effects.field_names, Effects.field_names[1:])
 """The keys of a stored ``ToolResultBlock.effects`` (``exit_code`` left out when None)."""
 
-# One field set per shape, shared by the models built here: a frozen model never changes its
-# own, and pydantic copies it when it copies a model.
-_FIELDS_SET = {keys: set(keys) for keys in (*KNOWN_SHAPES, _STORED, _CHANGE, *_EFFECTS)}
-_MESSAGE_SET = set(Message.model_fields)
+_SHAPES = {
+    # (class, its type, what is left to build: 0 nothing; 1 a tool result's content, unless it
+    # is text (the usual output); 2 its content, ``stored`` and ``effects``)
+    keys: (cls, cls.type, 0 if cls is not ToolResultBlock else 1 if len(keys) == 4 else 2)  # type: ignore[attr-defined]
+    for keys, cls in KNOWN_SHAPES.items()
+}
+_ACTIONS = frozenset({"added", "modified", "deleted"})
+_new = object.__new__
+_set_dict = Model.__dict__["__dict__"].__set__
 
 
 class _Unknown(Exception):
     """A stored shape this module does not know: validate the message instead."""
 
 
-def _left_to_fill(keys: tuple[str, ...], cls: type[BaseModel]) -> int:
-    """0: nothing; 1: a tool result (inline, nothing recorded, unless ``stored`` or ``effects``
-    is there); 2: ``_fill`` it."""
-    if cls is ToolResultBlock:
-        return 2 if "stored" in keys or "effects" in keys else 1
-    return 2 if cls is ThinkingBlock and "signature" not in keys else 0
-
-
-_SHAPES = {
-    # (model, its type, its field set, what is left to fill)
-    keys: (cls, kind, _FIELDS_SET[keys], _left_to_fill(keys, cls))
-    for keys, (cls, kind) in KNOWN_SHAPES.items()
-}
-
-
-def _fill(cls: type[Any], d: dict[str, Any]) -> None:
-    """The defaults a block's stored JSON leaves out, and its nested models."""
-    if cls is ToolResultBlock:
-        content = d["content"]
-        if type(content) is list:
-            d["content"] = [_text(b) for b in content]
-        elif type(content) is not str:
+def _nested(d: dict[str, Any]) -> None:
+    """A tool result's nested objects as their models: text blocks, ``stored``, ``effects``."""
+    content = d["content"]
+    if type(content) is list:
+        d["content"] = [_text(b) for b in content]
+    elif type(content) is not str:
+        raise _Unknown
+    stored = d.get("stored")
+    if stored is not None:
+        if type(stored) is not dict or tuple(stored) != STORED_OUTPUT_SHAPE:
             raise _Unknown
-        effects = d.pop("effects", None)  # set again below: the fields' order is the JSON's
-        stored = d.get("stored")
-        if stored is None:
-            d["stored"] = None
-        elif type(stored) is dict and tuple(stored) == _STORED:
-            d["stored"] = construct_model(StoredOutput, stored, _FIELDS_SET[_STORED])
-        else:
-            raise _Unknown
-        d["effects"] = None if effects is None else _effects(effects)
-    elif cls is ThinkingBlock and "signature" not in d:
-        d["signature"] = None
+        d["stored"] = _built(StoredOutput, stored)
+    effects = d.get("effects")
+    if effects is not None:
+        d["effects"] = _effects(effects)
+
+
+def _built(cls: type[Model], d: dict[str, Any]) -> Any:
+    m = _new(cls)
+    _set_dict(m, d)
+    return m
 
 
 def _effects(d: Any) -> Effects:
     """A stored ``Effects`` as its model; any other shape or type is ``_Unknown``."""
-    keys = tuple(d) if type(d) is dict else ()
     if (
-        keys not in _EFFECTS
+        type(d) is not dict
+        or tuple(d) not in EFFECTS_SHAPES
         or type(d["changed"]) is not list
         or type(d["complete"]) is not bool
         or type(d["concurrent"]) is not bool
@@ -141,29 +115,31 @@ def _effects(d: Any) -> Effects:
     for c in d["changed"]:
         if (
             type(c) is not dict
-            or tuple(c) != _CHANGE
+            or tuple(c) != Change.field_names
             or type(c["path"]) is not str
             or not c["path"]
             or c["action"] not in _ACTIONS
         ):
             raise _Unknown
-        changed.append(construct_model(Change, c, _FIELDS_SET[_CHANGE]))
-    values = {
-        "exit_code": code,
-        "changed": changed,
-        "complete": d["complete"],
-        "concurrent": d["concurrent"],
-    }
-    return construct_model(Effects, values, _FIELDS_SET[keys])
+        changed.append(_built(Change, c))
+    d["changed"] = changed
+    return _built(Effects, d)  # type: ignore[no-any-return]
 
 
-_ACTIONS = frozenset({"added", "modified", "deleted"})
-
-
-def _text(d: Any) -> Any:
-    if type(d) is not dict or tuple(d) != _TEXT or d["type"] != "text":
+def _text(d: Any) -> TextBlock:
+    if type(d) is not dict or tuple(d) != ("type", "text") or d["type"] != "text":
         raise _Unknown
-    return construct_model(TextBlock, d, _FIELDS_SET[_TEXT])
+    return _built(TextBlock, d)  # type: ignore[no-any-return]
+
+
+def _parser() -> Callable[[str], Any]:
+    """pydantic-core's JSON parser where the process has loaded it (it caches the keys'
+    strings: a 20,000-message parse 17 -> 13 ms), else the standard library's: the CLI's
+    read-only fast path does not pay pydantic's import for it."""
+    core = sys.modules.get("pydantic_core")
+    if core is None:
+        return json.loads
+    return functools.partial(core.from_json, cache_strings="keys")
 
 
 def segment_messages(owner: str, first_seq: int, rows: Sequence[Sequence[Any]]) -> list[Message]:
@@ -205,10 +181,9 @@ def segment_chunk(
     """The messages of ``rows`` (message ``first_seq`` first) appended to ``out``: their
     contents parsed in one call, then built in one loop (``_chunk``). A raw ``sqlite3`` read of
     a long segment fetches its chunks as single rows instead (``joined_chunk``)."""
-    contents = pydantic_core.from_json(
-        "[" + ",".join([r[0] for r in rows]) + "]", cache_strings="keys"
-    )
-    _chunk(owner, first_seq, contents, rows, lambda i: pydantic_core.from_json(rows[i][0]), out)
+    parse = _parser()
+    contents = parse("[" + ",".join([r[0] for r in rows]) + "]")
+    _chunk(owner, first_seq, contents, rows, lambda i: parse(rows[i][0]), out)
 
 
 def joined_chunk(
@@ -221,7 +196,8 @@ def joined_chunk(
     when the row does not split into as many contents, roles and timestamps as it counts."""
     count, contents, roles, stamps = row
     text = "[" + (contents or "") + "]"
-    parsed = pydantic_core.from_json(text, cache_strings="keys")
+    parse = _parser()
+    parsed = parse(text)
     role_list = roles.split(sep) if roles is not None else []
     stamp_list = stamps.split(sep) if stamps is not None else []
     if not count == len(parsed) == len(role_list) == len(stamp_list):
@@ -230,7 +206,7 @@ def joined_chunk(
             f" {len(stamp_list)} timestamps"
         )
     meta = zip(itertools.repeat(None), role_list, stamp_list)
-    _chunk(owner, first_seq, parsed, meta, lambda i: pydantic_core.from_json(text)[i], out)
+    _chunk(owner, first_seq, parsed, meta, lambda i: json.loads(text)[i], out)
 
 
 def _chunk(
@@ -244,14 +220,9 @@ def _chunk(
     """The build of one chunk: ``contents`` (each message's parsed block list), ``meta`` its
     ``(anything, role, created_at)`` rows in the same order, and ``fresh(i)``: the i-th content
     parsed anew, for a message whose shape is not a known one (building may have changed the
-    parsed blocks before that was found).
-
-    The parser caches the keys' strings alone: looking every short value up in its cache cost
-    more (a 20,000-message build 37 -> 35 ms) than it saved; a block's ``type`` is the module's
-    own string instead."""
-    new, set_dict, set_fields = _new, _set_dict, _set_fields
-    set_extra, set_private = _set_extra, _set_private
-    shapes, message, message_set = _SHAPES, Message, _MESSAGE_SET
+    parsed blocks before that was found). A block is one allocation: its parsed object becomes
+    its ``__dict__``."""
+    new, set_dict, shapes, message = _new, _set_dict, _SHAPES, Message
     last: Any = _NO_STAMP
     at = _EPOCH
     append = out.append
@@ -263,21 +234,13 @@ def _chunk(
         try:
             i = 0
             for d in content:  # a shape not in ``shapes``: KeyError; not a dict: TypeError
-                cls, kind, fields, fill = shapes[tuple(d)]
+                cls, kind, nested = shapes[tuple(d)]
                 if d["type"] != kind:
                     raise _Unknown
-                d["type"] = kind  # one string for every block of a type: parsed, it is not
-                if fill:  # text, tool_use and a signed thinking block: nothing to fill
-                    if fill == 1 and type(d["content"]) is str:
-                        d["stored"] = None  # the usual tool result: an inline text output
-                        d["effects"] = None
-                    else:
-                        _fill(cls, d)
+                if nested and (nested == 2 or type(d["content"]) is not str):
+                    _nested(d)
                 b = new(cls)
                 set_dict(b, d)
-                set_fields(b, fields)
-                set_extra(b, None)
-                set_private(b, None)
                 content[i] = b  # the parsed list becomes the message's: one list fewer
                 i += 1
             if not i:
@@ -296,9 +259,6 @@ def _chunk(
                     "created_at": at,
                 },
             )
-            set_fields(m, message_set)
-            set_extra(m, None)
-            set_private(m, None)
             append(m)
         seq += 1
 

@@ -69,7 +69,7 @@ messages = sa.Table(
     sa.Column("thread_id", ID, sa.ForeignKey("threads.id"), primary_key=True),
     sa.Column("seq", sa.Integer, primary_key=True),
     sa.Column("role", sa.String(16), nullable=False),
-    # JSON text of the content blocks, validated straight from the text by pydantic on read
+    # JSON text of the content blocks, built into models on read (``_stored``)
     sa.Column("content", sa.Text, nullable=False),
     sa.Column("format", sa.SmallInteger, nullable=False, server_default="1"),
     sa.Column("created_at", TS, nullable=False),

@@ -18,7 +18,7 @@ from ._readsql import THREAD_SELECT
 from ._redact import redact
 from ._sqlite import Tx, as_time, json_value, utcnow
 from .errors import LeaseLost, SourceTaken, StatusError, ThreadNotFound
-from .models import ForkOrigin, Kind, Result, Status, ThreadInfo, construct_model
+from .models import ForkOrigin, Kind, Result, Status, ThreadInfo
 from .refs import format_ref
 
 SELECT = THREAD_SELECT
@@ -46,16 +46,17 @@ def thread_from_row(row: Sequence[Any]) -> ThreadInfo:
     tid, kind, title, status, parent, forked_id, forked_at, job, task, prompt, tools = row[:11]
     model, result, error, version, head, owner, expires, created, updated = row[11:20]
     continues, continued_by = row[20:22]
-    # the store wrote every value: built without pydantic's per-field loop (a thousand-thread
-    # job's listing is a thousand of these); only the result's nested shapes are validated,
-    # straight from their JSON text
+    # the store wrote every value: built without validating them (a thousand-thread job's
+    # listing is a thousand of these); only the result's nested shapes are validated
     values = {
         "id": tid,
         "kind": Kind(kind),
         "title": title or "",
         "status": Status(status),
         "parent_id": parent,
-        "forked_from": ForkOrigin(thread_id=forked_id, at=forked_at) if forked_id else None,
+        "forked_from": ForkOrigin.trusted({"thread_id": forked_id, "at": int(forked_at)})
+        if forked_id
+        else None,
         "job_id": job,
         "task": json_value(task),
         "system_prompt": prompt,
@@ -72,10 +73,7 @@ def thread_from_row(row: Sequence[Any]) -> ThreadInfo:
         "continues": continues,
         "continued_by": continued_by,
     }
-    return construct_model(ThreadInfo, values, _INFO_FIELDS)
-
-
-_INFO_FIELDS = set(ThreadInfo.model_fields)
+    return ThreadInfo.trusted(values)
 
 
 def _result(value: Any) -> Result | None:

@@ -26,11 +26,9 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import ValidationError
-
 from ._invariants import check_append
 from .errors import ImportFormatError, InvariantError
-from .models import CONTENT_ADAPTER, ContentBlock, NewMessage, ToolResultBlock
+from .models import ContentBlock, NewMessage, ToolResultBlock, ValidationError, validate_blocks
 
 BLOCK_TYPES = ("text", "thinking", "tool_use", "tool_result")
 _MESSAGE_KEYS = frozenset({"role", "content"})
@@ -185,7 +183,7 @@ def _message(obj: Any, bad: Any) -> NewMessage:
     else:
         raise bad(f"content must be a string or a list of blocks, got {_json_type(content)}")
     try:
-        validated = CONTENT_ADAPTER.validate_python(blocks)
+        validated = validate_blocks(blocks)
     except ValidationError as err:
         raise bad(_describe(err, blocks)) from None
     return NewMessage(role=role, content=validated)

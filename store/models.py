@@ -1,18 +1,33 @@
 """The persisted shapes: content blocks, messages, thread info, usage and the distilled result.
 
-Content blocks follow the Anthropic Messages format, discriminated by ``type``. Every model is
-frozen and forbids unknown keys: what is stored is exactly what was validated. Cache-control
-markers are a request-time concern of the providers and never reach these models.
+One family of plain classes, the only one: the store writes them, reads them back, and every
+package above passes them on. Content blocks follow the Anthropic Messages format, told apart by
+``type``. Each class declares its fields once (``_spec``: name, check, default, in the order
+its JSON is written), and is built one of two ways:
+
+- **validated**, where data enters: ``Cls(**values)`` or ``Cls.model_validate(obj)`` check every
+  field (unknown keys, missing ones, types, bounds) and raise ``ValidationError`` naming each
+  bad one by its path — appends, imports, a model's reply, a row of a shape the reader does not
+  know;
+- **trusted**, from what the store itself wrote (``trusted``): the parsed JSON object becomes the
+  instance's ``__dict__`` as it is, with a field the JSON leaves out read from the class's
+  default. Building 40,000 blocks of a long history this way is one allocation each.
+
+Instances are frozen (``__setattr__`` refuses) and compare by their fields. ``model_dump``,
+``model_copy`` and ``model_validate`` keep the names the edges use; pydantic itself stays at
+the edges (tool inputs, job files, the result a worker submits), so importing this module costs
+no pydantic — the CLI's read-only fast path reads through the same classes. Cache-control markers
+are a request-time concern of the providers and never reach these models.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
-
+from . import _record as rec
+from ._record import DICT, LIST, REQUIRED, Check_, Loc, Model, ValidationError
 from .refs import format_ref
 
 __all__ = [
@@ -38,58 +53,81 @@ __all__ = [
     "ToolUseBlock",
     "Usage",
     "UsageRecord",
+    "ValidationError",
     "Verdict",
     "Verification",
 ]
-
 
 CONTENT_FORMAT = 1
 """Schema version of the content-block JSON stored in ``messages.content``."""
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+# ----------------------------------------------------------------- content blocks
 
 
-class TextBlock(_Frozen):
-    type: Literal["text"] = "text"
+class TextBlock(Model):
+    type: Literal["text"]
     text: str
+    _spec = (("type", rec.one_of("text"), "text"), ("text", rec.text(), REQUIRED))
 
 
-class ThinkingBlock(_Frozen):
-    type: Literal["thinking"] = "thinking"
+class ThinkingBlock(Model):
+    type: Literal["thinking"]
     thinking: str
-    signature: str | None = None
+    signature: str | None
+    _spec = (
+        ("type", rec.one_of("thinking"), "thinking"),
+        ("thinking", rec.text(), REQUIRED),
+        ("signature", rec.optional(rec.text()), None),
+    )
 
 
-class ToolUseBlock(_Frozen):
-    type: Literal["tool_use"] = "tool_use"
-    id: str = Field(min_length=1)
-    name: str = Field(min_length=1)
-    input: dict[str, Any] = Field(default_factory=dict)
+class ToolUseBlock(Model):
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict[str, Any]
+    _spec = (
+        ("type", rec.one_of("tool_use"), "tool_use"),
+        ("id", rec.text(1), REQUIRED),
+        ("name", rec.text(1), REQUIRED),
+        ("input", rec.mapping, DICT),
+    )
 
 
-class StoredOutput(_Frozen):
+class StoredOutput(Model):
     """Set on a tool_result whose output was too large to keep inline (``store._outputs``): the
     block's ``content`` is then a preview — the output's first ``head`` characters, a marker line,
     its last ``tail`` characters — and the whole output, ``chars`` characters (``bytes`` bytes of
     UTF-8, SHA-256 ``sha256``), is stored apart in ``chunks`` rows of the ``outputs`` table, keyed
     by the message that owns the block. Only the store sets it; no model request carries it."""
 
-    chars: int = Field(ge=0)
-    bytes: int = Field(ge=0)
-    chunks: int = Field(ge=0)
-    head: int = Field(ge=0)
-    tail: int = Field(ge=0)
+    chars: int
+    bytes: int
+    chunks: int
+    head: int
+    tail: int
     sha256: str
+    _spec = (
+        ("chars", rec.count, REQUIRED),
+        ("bytes", rec.count, REQUIRED),
+        ("chunks", rec.count, REQUIRED),
+        ("head", rec.count, REQUIRED),
+        ("tail", rec.count, REQUIRED),
+        ("sha256", rec.text(), REQUIRED),
+    )
 
 
-class Change(_Frozen):
-    path: str = Field(min_length=1)
+class Change(Model):
+    path: str
     action: Literal["added", "modified", "deleted"]
+    _spec = (
+        ("path", rec.text(1), REQUIRED),
+        ("action", rec.one_of("added", "modified", "deleted"), REQUIRED),
+    )
 
 
-class Effects(_Frozen):
+class Effects(Model):
     """What a tool call did to its workspace, recorded by the tool that ran it (``bash``,
     ``write_file``, ``edit_file``) and stored with its result for the result check
     (``orchestrator.runtime.check``). Like ``stored``, no model request ever carries it: the
@@ -104,22 +142,42 @@ class Effects(_Frozen):
     in the same workspace meanwhile (a parallel call of the turn, or another worker sharing the
     directory), so ``changed`` may hold its changes too."""
 
-    exit_code: int | None = None
-    changed: list[Change] = Field(default_factory=list)
-    complete: bool = True
-    concurrent: bool = False
+    exit_code: int | None
+    changed: list[Change]
+    complete: bool
+    concurrent: bool
+    _spec = (
+        ("exit_code", rec.optional(rec.integer), None),
+        ("changed", rec.list_of(rec.model(Change)), LIST),
+        ("complete", rec.flag, True),
+        ("concurrent", rec.flag, False),
+    )
 
 
-class ToolResultBlock(_Frozen):
-    type: Literal["tool_result"] = "tool_result"
-    tool_use_id: str = Field(min_length=1)
-    content: str | list[TextBlock] = ""
-    is_error: bool = False
-    stored: StoredOutput | None = None
+def _result_content(v: Any, loc: Loc) -> str | list[TextBlock]:
+    if isinstance(v, str):
+        return v
+    return rec.list_of(rec.model(TextBlock))(v, loc)  # type: ignore[no-any-return]
+
+
+class ToolResultBlock(Model):
+    type: Literal["tool_result"]
+    tool_use_id: str
+    content: str | list[TextBlock]
+    is_error: bool
+    stored: StoredOutput | None
     """None for an output kept inline (the usual case, and then absent from the stored JSON)."""
-    effects: Effects | None = None
+    effects: Effects | None
     """What the call did to the workspace (``Effects``); None for a tool that records nothing
     (and then absent from the stored JSON). Never sent to a model."""
+    _spec = (
+        ("type", rec.one_of("tool_result"), "tool_result"),
+        ("tool_use_id", rec.text(1), REQUIRED),
+        ("content", _result_content, ""),
+        ("is_error", rec.flag, False),
+        ("stored", rec.optional(rec.model(StoredOutput)), None),
+        ("effects", rec.optional(rec.model(Effects)), None),
+    )
 
     @property
     def text(self) -> str:
@@ -130,26 +188,60 @@ class ToolResultBlock(_Frozen):
         return "\n".join(b.text for b in self.content)
 
 
-ContentBlock = Annotated[
-    TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")
-]
+ContentBlock = TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock
 Role = Literal["user", "assistant"]
 
-CONTENT_ADAPTER: TypeAdapter[list[ContentBlock]] = TypeAdapter(list[ContentBlock])
+BLOCK_CLASSES: dict[str, type[Model]] = {
+    "text": TextBlock,
+    "thinking": ThinkingBlock,
+    "tool_use": ToolUseBlock,
+    "tool_result": ToolResultBlock,
+}
+"""Each content block's class by its ``type``."""
+_BLOCK_TYPES = tuple(BLOCK_CLASSES.values())
 
 
-class NewMessage(_Frozen):
+def _block(v: Any, loc: Loc) -> ContentBlock:
+    if isinstance(v, _BLOCK_TYPES):
+        return v  # type: ignore[return-value]
+    if not isinstance(v, dict):
+        raise rec.bad(loc, "Input should be a valid dictionary or content block")
+    cls = BLOCK_CLASSES.get(v.get("type"))  # type: ignore[arg-type]
+    if cls is None:
+        if "type" not in v:
+            raise rec.bad(loc, "Unable to extract tag using discriminator 'type'")
+        tags = ", ".join(repr(t) for t in BLOCK_CLASSES)
+        raise rec.bad(
+            loc,
+            f"Input tag {v['type']!r} found using 'type' does not match any of the expected"
+            f" tags: {tags}",
+        )
+    return cls.model_validate(v, _loc=(*loc, v["type"]))  # type: ignore[return-value]
+
+
+def validate_blocks(value: Any) -> list[ContentBlock]:
+    """Content blocks (objects or JSON-decoded dicts), each validated by its ``type``."""
+    try:
+        return rec.list_of(_block)(value, ())  # type: ignore[no-any-return]
+    except ValidationError as err:
+        raise ValidationError("content blocks", err._errors) from None
+
+
+def _content(v: Any, loc: Loc) -> list[ContentBlock]:
+    if isinstance(v, str):
+        return [TextBlock.trusted({"type": "text", "text": v})]
+    return rec.list_of(_block, 1)(v, loc)  # type: ignore[no-any-return]
+
+
+class NewMessage(Model):
     """A message to append: the store numbers it."""
 
     role: Role
-    content: list[ContentBlock] = Field(min_length=1)
-
-    @field_validator("content", mode="before")
-    @classmethod
-    def _text_shorthand(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [{"type": "text", "text": value}]
-        return value
+    content: list[ContentBlock]
+    _spec: ClassVar[tuple[tuple[str, Check_, Any], ...]] = (
+        ("role", rec.one_of("user", "assistant"), REQUIRED),
+        ("content", _content, REQUIRED),
+    )
 
     @classmethod
     def user(cls, text: str) -> NewMessage:
@@ -177,6 +269,15 @@ class Message(NewMessage):
     seq: int
     thread_id: str
     created_at: datetime
+    _spec = (
+        *NewMessage._spec,
+        ("seq", rec.integer, REQUIRED),
+        ("thread_id", rec.text(), REQUIRED),
+        ("created_at", rec.moment, REQUIRED),
+    )
+
+
+# ----------------------------------------------------------------- threads and results
 
 
 class Status(StrEnum):
@@ -203,104 +304,148 @@ class Kind(StrEnum):
     READER = "reader"
 
 
-class Usage(_Frozen):
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_input_tokens: int = 0
-    cache_creation_input_tokens: int = 0
+class Usage(Model):
+    input_tokens: int
+    output_tokens: int
+    cache_read_input_tokens: int
+    cache_creation_input_tokens: int
+    _spec = (
+        ("input_tokens", rec.integer, 0),
+        ("output_tokens", rec.integer, 0),
+        ("cache_read_input_tokens", rec.integer, 0),
+        ("cache_creation_input_tokens", rec.integer, 0),
+    )
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
-            cache_creation_input_tokens=self.cache_creation_input_tokens
-            + other.cache_creation_input_tokens,
+        return Usage.trusted(
+            {
+                "input_tokens": self.input_tokens + other.input_tokens,
+                "output_tokens": self.output_tokens + other.output_tokens,
+                "cache_read_input_tokens": self.cache_read_input_tokens
+                + other.cache_read_input_tokens,
+                "cache_creation_input_tokens": self.cache_creation_input_tokens
+                + other.cache_creation_input_tokens,
+            }
         )
 
     @property
     def total_tokens(self) -> int:
-        return (
-            self.input_tokens
-            + self.output_tokens
-            + self.cache_read_input_tokens
-            + self.cache_creation_input_tokens
-        )
+        return self.total_input + self.output_tokens
 
     @property
     def total_input(self) -> int:
         return self.input_tokens + self.cache_read_input_tokens + self.cache_creation_input_tokens
 
 
-class Finding(_Frozen):
-    claim: str = Field(min_length=1)
-    evidence: list[str] = Field(default_factory=list)
+class Finding(Model):
+    claim: str
+    evidence: list[str]
+    _spec = (("claim", rec.text(1), REQUIRED), ("evidence", rec.strs, LIST))
 
 
-class Verification(_Frozen):
-    command: str = Field(min_length=1)
+class Verification(Model):
+    command: str
     outcome: str
+    _spec = (("command", rec.text(1), REQUIRED), ("outcome", rec.text(), REQUIRED))
 
 
 Verdict = Literal["verified", "unverified", "contradicted"]
+_VERDICT = rec.one_of("verified", "unverified", "contradicted")
 
 
-class ClaimCheck(_Frozen):
+class ClaimCheck(Model):
     """The verdict on one claim of a result: which claim (``kind`` and its 0-based ``index`` in
     its list; None for ``status``), what was looked for and found (``reason``, one line), and
     the messages that decided it (``refs``)."""
 
     kind: Literal["status", "finding", "verification", "change"]
-    index: int | None = None
+    index: int | None
     verdict: Verdict
     reason: str
-    refs: list[str] = Field(default_factory=list)
+    refs: list[str]
+    _spec = (
+        ("kind", rec.one_of("status", "finding", "verification", "change"), REQUIRED),
+        ("index", rec.optional(rec.integer), None),
+        ("verdict", _VERDICT, REQUIRED),
+        ("reason", rec.text(), REQUIRED),
+        ("refs", rec.strs, LIST),
+    )
 
 
-class Check(_Frozen):
+class Check(Model):
     """A result's check (SPEC "Checked results"): the worst verdict of its claims, each claim's,
     and ``rounds``: how many submissions were checked (2 after the one correction round)."""
 
     verdict: Verdict
-    claims: list[ClaimCheck] = Field(default_factory=list)
-    rounds: int = 1
+    claims: list[ClaimCheck]
+    rounds: int
+    _spec = (
+        ("verdict", _VERDICT, REQUIRED),
+        ("claims", rec.list_of(rec.model(ClaimCheck)), LIST),
+        ("rounds", rec.integer, 1),
+    )
 
 
-class Result(_Frozen):
+class Result(Model):
     """The distilled result a worker submits (SPEC §Distilled result), plus what the orchestrator
-    adds. ``extra`` keeps additions of later versions (branch, diff stat, …) without a migration."""
-
-    status: Literal["done", "partial", "failed", "blocked"]
-    summary: str = Field(max_length=2000)
-    findings: list[Finding] = Field(default_factory=list)
-    changes: list[Change] = Field(default_factory=list)
-    verification: list[Verification] = Field(default_factory=list)
-    negative_results: list[str] = Field(default_factory=list)
-    open_questions: list[str] = Field(default_factory=list)
-    ref: str | None = None
-    task: str | None = None
-    turns: int | None = None
-    usage: Usage | None = None
-    duration_s: float | None = None
-    dropped_evidence: int = 0
-    branch: str | None = None
-    diff_stat: str | None = None
-    check: Check | None = None
-    """The result checked against the worker's own transcript before anyone read it (SPEC
+    adds. ``extra`` keeps additions of later versions (branch, diff stat, …) without a migration.
+    ``check``: the result checked against the worker's own transcript before anyone read it (SPEC
     "Checked results"); None for a result stored before checks existed."""
 
+    status: Literal["done", "partial", "failed", "blocked"]
+    summary: str
+    findings: list[Finding]
+    changes: list[Change]
+    verification: list[Verification]
+    negative_results: list[str]
+    open_questions: list[str]
+    ref: str | None
+    task: str | None
+    turns: int | None
+    usage: Usage | None
+    duration_s: float | None
+    dropped_evidence: int
+    branch: str | None
+    diff_stat: str | None
+    check: Check | None
+    _spec = (
+        ("status", rec.one_of("done", "partial", "failed", "blocked"), REQUIRED),
+        ("summary", rec.text(0, 2000), REQUIRED),
+        ("findings", rec.list_of(rec.model(Finding)), LIST),
+        ("changes", rec.list_of(rec.model(Change)), LIST),
+        ("verification", rec.list_of(rec.model(Verification)), LIST),
+        ("negative_results", rec.strs, LIST),
+        ("open_questions", rec.strs, LIST),
+        ("ref", rec.optional(rec.text()), None),
+        ("task", rec.optional(rec.text()), None),
+        ("turns", rec.optional(rec.integer), None),
+        ("usage", rec.optional(rec.model(Usage)), None),
+        ("duration_s", rec.optional(rec.number), None),
+        ("dropped_evidence", rec.integer, 0),
+        ("branch", rec.optional(rec.text()), None),
+        ("diff_stat", rec.optional(rec.text()), None),
+        ("check", rec.optional(rec.model(Check)), None),
+    )
 
-class ForkOrigin(_Frozen):
+
+class ForkOrigin(Model):
     thread_id: str
     at: int
+    _spec = (("thread_id", rec.text(), REQUIRED), ("at", rec.integer, REQUIRED))
 
     @property
     def ref(self) -> str:
         return format_ref(self.thread_id)
 
 
-class ThreadInfo(_Frozen):
-    """A thread's metadata row (never its messages)."""
+def _opt_text() -> Check_:
+    return rec.optional(rec.text())
+
+
+class ThreadInfo(Model):
+    """A thread's metadata row (never its messages). ``continues``: the thread this one took
+    over from in a handoff (SPEC "Jobs larger than one context"); ``continued_by``: the thread
+    that took over from this one (it ended ``done`` handing off), or None."""
 
     id: str
     kind: Kind
@@ -321,10 +466,31 @@ class ThreadInfo(_Frozen):
     lease_expires_at: datetime | None
     created_at: datetime
     updated_at: datetime
-    continues: str | None = None
-    """The thread this one took over from in a handoff (SPEC "Jobs larger than one context")."""
-    continued_by: str | None = None
-    """The thread that took over from this one (it ended ``done`` handing off), or None."""
+    continues: str | None
+    continued_by: str | None
+    _spec = (
+        ("id", rec.text(), REQUIRED),
+        ("kind", rec.enum(Kind), REQUIRED),
+        ("title", rec.text(), REQUIRED),
+        ("status", rec.enum(Status), REQUIRED),
+        ("parent_id", _opt_text(), REQUIRED),
+        ("forked_from", rec.optional(rec.model(ForkOrigin)), REQUIRED),
+        ("job_id", rec.text(), REQUIRED),
+        ("task", rec.optional(rec.mapping), REQUIRED),
+        ("system_prompt", _opt_text(), REQUIRED),
+        ("tools", rec.strs, REQUIRED),
+        ("model", _opt_text(), REQUIRED),
+        ("result", rec.optional(rec.model(Result)), REQUIRED),
+        ("error", _opt_text(), REQUIRED),
+        ("version", rec.integer, REQUIRED),
+        ("head_seq", rec.integer, REQUIRED),
+        ("lease_owner", _opt_text(), REQUIRED),
+        ("lease_expires_at", rec.optional(rec.moment), REQUIRED),
+        ("created_at", rec.moment, REQUIRED),
+        ("updated_at", rec.moment, REQUIRED),
+        ("continues", _opt_text(), None),
+        ("continued_by", _opt_text(), None),
+    )
 
     @property
     def ref(self) -> str:
@@ -336,7 +502,7 @@ class ThreadInfo(_Frozen):
         return self.head_seq - (self.forked_from.at if self.forked_from else 0)
 
 
-class SearchHit(_Frozen):
+class SearchHit(Model):
     """One hit: ``snippet`` the text around the matches as written (on one line), ``marks``
     the ``[start, end)`` character offsets of each match in it."""
 
@@ -344,40 +510,28 @@ class SearchHit(_Frozen):
     seq: int
     snippet: str
     role: Role
-    marks: list[tuple[int, int]] = Field(default_factory=list)
+    marks: list[tuple[int, int]]
+    _spec = (
+        ("thread_id", rec.text(), REQUIRED),
+        ("seq", rec.integer, REQUIRED),
+        ("snippet", rec.text(), REQUIRED),
+        ("role", rec.one_of("user", "assistant"), REQUIRED),
+        ("marks", rec.list_of(rec.span), LIST),
+    )
 
     @property
     def ref(self) -> str:
         return format_ref(self.thread_id, self.seq)
 
 
-class UsageRecord(_Frozen):
+class UsageRecord(Model):
     """What one model response cost, recorded with the assistant message it produced."""
 
     model: str
     usage: Usage
-    cost_usd: float = 0.0
-
-
-M = TypeVar("M", bound=BaseModel)
-
-# The slots ``model_construct`` fills, set through their descriptors.
-_new = object.__new__
-_set_dict = BaseModel.__dict__["__dict__"].__set__
-_set_fields = BaseModel.__dict__["__pydantic_fields_set__"].__set__
-_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
-_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
-
-
-def construct_model(cls: type[M], values: dict[str, Any], fields_set: set[str]) -> M:
-    """``cls.model_construct(**values)`` for values already valid, without its loop over the
-    fields: ``values`` holds every field, in the model's order (its JSON's order), and
-    ``fields_set`` (shared, never changed) those the caller gave. For the read path's hot loops
-    (``_stored``, ``_threads``, the model views of ``workers._request``); public as
-    ``store.construct_model``."""
-    m: M = _new(cls)
-    _set_dict(m, values)
-    _set_fields(m, fields_set)
-    _set_extra(m, None)
-    _set_private(m, None)
-    return m
+    cost_usd: float
+    _spec = (
+        ("model", rec.text(), REQUIRED),
+        ("usage", rec.model(Usage), REQUIRED),
+        ("cost_usd", rec.number, 0.0),
+    )

@@ -29,7 +29,6 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from store import ContentBlock, NewMessage, TextBlock, ToolResultBlock, ToolUseBlock
-from store import construct_model as construct
 
 Translate = Callable[[dict[str, Any]], dict[str, Any] | None]
 """A source call's input as the mapped tool's input, or None when it does not mean the same."""
@@ -176,9 +175,6 @@ SOURCE_TOOLS: dict[str, tuple[str, Translate]] = {
 means the same: they stay text."""
 
 
-_FIELDS = {"role", "content"}
-
-
 class ForeignHistory:
     """The request views of one imported thread's messages, in order (``view`` each message
     once, as ``RequestBuilder`` does): remembers which calls became text so their results do
@@ -198,7 +194,7 @@ class ForeignHistory:
             if not any(isinstance(b, ToolUseBlock) for b in message.content):
                 return message
             calls = [self._call(b, ref) for b in message.content]
-            return construct(NewMessage, {"role": "assistant", "content": calls}, _FIELDS)
+            return NewMessage.trusted({"role": "assistant", "content": calls})
         if not self._as_text or not any(
             isinstance(b, ToolResultBlock) and b.tool_use_id in self._as_text
             for b in message.content
@@ -218,7 +214,7 @@ class ForeignHistory:
             else:
                 rest.append(b)
         content = [*results, *texts, *rest]
-        return construct(NewMessage, {"role": "user", "content": content}, _FIELDS)
+        return NewMessage.trusted({"role": "user", "content": content})
 
     def _call(self, block: ContentBlock, ref: str) -> ContentBlock:
         if not isinstance(block, ToolUseBlock) or block.name in self.tools:

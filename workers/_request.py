@@ -22,7 +22,6 @@ from itertools import islice
 from typing import overload
 
 from store import ContentBlock, Message, NewMessage, ToolResultBlock, format_ref
-from store import construct_model as construct
 
 from ._foreign import ForeignHistory
 from ._protocol import ModelRequest, ToolSpec
@@ -66,11 +65,10 @@ def model_view(msg: Message, cap: int) -> NewMessage:
     """What the model sees of one stored message. Each tool output is labelled with the ref of
     the message that stores it (so a worker can cite it as evidence), and outputs over ``cap``
     are shortened. Both depend only on what is stored, so the view is the same on every call.
-    Built from validated parts, so nothing is validated again (``construct``: what
-    ``model_construct`` builds, without its loop over the fields)."""
+    Built from validated parts, so nothing is validated again (``trusted``)."""
     content = msg.content
     if msg.role != "user" or ToolResultBlock not in map(type, content):
-        return construct(NewMessage, {"role": msg.role, "content": content}, _VIEW_FIELDS)
+        return NewMessage.trusted({"role": msg.role, "content": content})
     ref = format_ref(msg.thread_id, msg.seq)
     blocks: list[ContentBlock] = []
     for b in content:
@@ -80,16 +78,10 @@ def model_view(msg: Message, cap: int) -> NewMessage:
                 "tool_use_id": b.tool_use_id,
                 "content": f"[{ref}]\n{capped_view(b, cap, ref)}",
                 "is_error": b.is_error,
-                "stored": None,
-                "effects": None,
             }
-            b = construct(ToolResultBlock, values, _RESULT_FIELDS)
+            b = ToolResultBlock.trusted(values)
         blocks.append(b)
-    return construct(NewMessage, {"role": msg.role, "content": blocks}, _VIEW_FIELDS)
-
-
-_VIEW_FIELDS = {"role", "content"}
-_RESULT_FIELDS = {"tool_use_id", "content", "is_error"}
+    return NewMessage.trusted({"role": msg.role, "content": blocks})
 
 
 class Prefix(Sequence[NewMessage]):

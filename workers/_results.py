@@ -13,12 +13,36 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from store import Change, Check, Finding, Result, ThreadRef, Verification, format_ref
+import store
+from store import Check, Result, ThreadRef, format_ref
 from store.errors import RefSyntaxError
 
 from ._protocol import ToolSpec
 
 SUBMIT_RESULT = "submit_result"
+
+
+class _Edge(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# The model-facing shapes of the result's parts: the store's own (``store.Finding``…) with the
+# schema a model is shown. Validated here, at the edge; the store's classes are built from them.
+
+
+class Finding(_Edge):
+    claim: str = Field(min_length=1)
+    evidence: list[str] = Field(default_factory=list)
+
+
+class Change(_Edge):
+    path: str = Field(min_length=1)
+    action: Literal["added", "modified", "deleted"]
+
+
+class Verification(_Edge):
+    command: str = Field(min_length=1)
+    outcome: str
 
 
 class Submission(BaseModel):
@@ -75,13 +99,13 @@ def validation_message(err: ValidationError) -> str:
 
 def check_evidence(
     submission: Submission, *, ancestry: Sequence[tuple[str, int]]
-) -> tuple[list[Finding], int]:
+) -> tuple[list[store.Finding], int]:
     """Keep only evidence refs naming messages of this thread, normalised to ``T-<self>#n``;
     count the dropped ones. ``ancestry`` is ``Store.ancestry(self)``: a fork may cite an
     inherited message by its parent's ref, since both name the same message."""
     self_id, head = ancestry[0]
     dropped = 0
-    kept: list[Finding] = []
+    kept: list[store.Finding] = []
     for f in submission.findings:
         refs = []
         for raw in f.evidence:
@@ -100,7 +124,7 @@ def check_evidence(
                 continue
             end = min(ref.end, head) if ref.end is not None and not ref.open_end else None
             refs.append(format_ref(self_id, ref.start, end))
-        kept.append(Finding(claim=f.claim, evidence=refs))
+        kept.append(store.Finding(claim=f.claim, evidence=refs))
     return kept, dropped
 
 
@@ -123,12 +147,12 @@ def correction_message(check: Check) -> str:
 
 
 def to_result(
-    submission: Submission, findings: list[Finding], dropped: int, **extra: Any
+    submission: Submission, findings: Sequence[store.Finding | Finding], dropped: int, **extra: Any
 ) -> Result:
     return Result(
         status=submission.status,
         summary=submission.summary,
-        findings=findings,
+        findings=list(findings),
         changes=list(submission.changes),
         verification=list(submission.verification),
         negative_results=list(submission.negative_results),

@@ -13,8 +13,10 @@ It is taken when all of these hold:
   reports it;
 - the database is a SQLite file that exists, is writable (as the full path needs it) and is
   at the newest schema revision — a missing file, a URL (PostgreSQL), an old schema go the
-  full way, which creates or migrates;
-- every stored value read has a shape the light models know (``store._rawmodels``).
+  full way, which creates or migrates.
+
+It reads through the store's own statements and models (``store.rawread``), so a stored value
+means the same on both paths.
 
 Both paths render through the same builders (``_read_views``), so text, ``--json`` and errors
 (bad ref: exit 2; unknown or ambiguous: exit 3, with the candidates) are byte-identical;
@@ -250,6 +252,7 @@ def _view(conn: sqlite3.Connection, args: Args, path: Path) -> View:
     """The command's ``View`` from the raw reader, through the shapes ``orchestrator.api``
     builds from the store (``orchestrator.views``) and the same text builders."""
     from store import rawread as raw
+    from store.models import Usage
 
     from .. import views as shapes
     from . import _read_views as views
@@ -281,7 +284,7 @@ def _view(conn: sqlite3.Connection, args: Args, path: Path) -> View:
         view = shapes.ThreadView(
             info,
             raw.messages(conn, info.id, start=first, end=end),
-            usage=sums[0].usage if sums else raw.RawUsage(),
+            usage=sums[0].usage if sums else Usage(),
             cost=sums[0].cost_usd if sums else 0.0,
             start=start,
             end=end,
@@ -293,7 +296,7 @@ def _view(conn: sqlite3.Connection, args: Args, path: Path) -> View:
         focus = raw.resolve(conn, args.positional[0])[0]
         threads = raw.job_tree(conn, focus.job_id)
         totals = {t.thread_id: t for t in raw.usage_totals(conn, job_id=focus.job_id)}
-        return views.tree_view(shapes.tree_json(focus, threads, totals, empty=raw.RawUsage()))
+        return views.tree_view(shapes.tree_json(focus, threads, totals, empty=Usage()))
     query = args.positional[0]
     job = raw.job_of(conn, opts["--job"]).id if "--job" in opts else None
     hits = raw.search(conn, query, job_id=job, limit=int(opts.get("--limit", _SEARCH_LIMIT)))

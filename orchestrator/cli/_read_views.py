@@ -1,6 +1,6 @@
 """What ``ls``, ``show``, ``tree`` and ``search`` print, built from what either read path
 produced: ``orchestrator.api`` over the store (the full path, ``_cmd_read``) or the read-only
-fast path (``_fast`` over ``store.rawread``), whose plain objects have the same attribute names.
+fast path (``_fast`` over ``store.rawread``), which reads the same models.
 The ``--json`` documents are ``orchestrator.views``' shapes; the text of ``ls`` and ``tree`` is
 rendered from those documents too, the text of ``show`` and ``search`` from the objects.
 
@@ -186,7 +186,7 @@ def _check_cell(check: dict[str, Any] | None) -> list[tuple[str, str | None]]:
 
 
 def search_view(query: str, hits: Sequence[Any]) -> View:
-    """``hits``: ``SearchHit`` or ``RawHit`` (ref, thread_id, seq, role, snippet, marks).
+    r"""``hits``: ``SearchHit``\ s (ref, thread_id, seq, role, snippet, marks).
     A match is styled on a terminal and marked ⟦so⟧ when piped (``views.marked``)."""
     data = [hit_json(h) for h in hits]
 

@@ -28,8 +28,6 @@ from ._render import STATUS_STYLES, Printer, json_value, one_line, percent, plur
 if TYPE_CHECKING:
     from store import Message, Result, Store, ThreadInfo, Usage
 
-    from ..views import AnyMessage, AnyResult, AnyThread, AnyUsage
-
 Mode = Literal["brief", "tools", "raw"]
 
 SPOOL_CHARS = 1 << 20
@@ -117,10 +115,10 @@ CALL_WIDTH = 160
 
 def render_header(
     p: Printer,
-    info: AnyThread,
+    info: ThreadInfo,
     *,
     shown: tuple[int, int] | None,
-    usage: AnyUsage,
+    usage: Usage,
     cost: float,
 ) -> None:
     p.parts(
@@ -165,7 +163,7 @@ def render_header(
         p.parts([(f"  {key:<10}", "dim"), (value, "red" if key == "error" else None)])
 
 
-def usage_line(usage: AnyUsage, cost: float) -> str:
+def usage_line(usage: Usage, cost: float) -> str:
     if usage.total_tokens == 0:
         return "none recorded"
     return (
@@ -176,7 +174,7 @@ def usage_line(usage: AnyUsage, cost: float) -> str:
     )
 
 
-def render_result(p: Printer, result: AnyResult) -> None:
+def render_result(p: Printer, result: Result) -> None:
     style = {"done": "green", "partial": "yellow"}.get(result.status, "red")
     facts = [plural(result.turns, "turn")] if result.turns is not None else []
     if result.duration_s is not None:
@@ -241,11 +239,11 @@ def render_check(p: Printer, check: Any, indent: str = "  ") -> None:
 
 def render_messages(
     p: Printer,
-    info: AnyThread,
-    msgs: Sequence[AnyMessage],
+    info: ThreadInfo,
+    msgs: Sequence[Message],
     mode: Mode,
     *,
-    before: AnyMessage | None = None,
+    before: Message | None = None,
     whole: WholeOutputs | None = None,
 ) -> None:
     """The messages, each headed ``#seq role``; ``before`` (the message preceding a range) only

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
 from ..humanize import count
@@ -364,15 +364,14 @@ async def _page(
 ) -> ThreadPage:
     """``base``: "" for the server's page, an export's base URL (or None)."""
     export = base != ""
-    # the API's views hold the store's models (the fast read path's plain ones never get here)
-    info = cast("ThreadInfo", view.info)
-    msgs = cast("Sequence[Message]", view.messages or [])
+    info = view.info
+    msgs = view.messages or []
     store = orch.store
     children = await store.children(info.id)
     shown = message_views(
         info,
         msgs,
-        before=cast("Message | None", view.before),
+        before=view.before,
         whole=None if export else server_links(info.ref),
         store=store,
         redact=redact,
@@ -385,7 +384,7 @@ async def _page(
         messages=shown,
         first=first,
         last=last,
-        usage=cast("Usage", view.usage),
+        usage=view.usage,
         cost=view.cost,
         job=None if info.job_id == info.id else await store.get_thread(info.job_id),
         parent=await store.get_thread(info.parent_id) if info.parent_id else None,

@@ -491,7 +491,7 @@ def test_a_database_behind_the_newest_schema_is_left_to_the_full_path(
     db: Db, tmp_path: Path
 ) -> None:
     from store import rawread
-    from store._rawmodels import Unsupported
+    from store.rawread import Unsupported
 
     old = tmp_path / "old.db"
     conn = sqlite3.connect(old)
@@ -504,88 +504,83 @@ def test_a_database_behind_the_newest_schema_is_left_to_the_full_path(
     rawread.open_at_head(db.path).close()
 
 
-# ----------------------------------------------------------------- the mirrors hold
+# ----------------------------------------------------------------- one reader
 
 
-def test_light_shapes_are_the_pydantic_models_fields_in_order() -> None:
+def test_the_fast_path_reads_the_stores_own_models(db: Db) -> None:
+    """No second copy of the models: ``rawread`` returns what the store itself builds."""
     import store
-    from store._rawmodels import _MISSING, LIGHT_SHAPES
+    from store import rawread
 
-    for name, fields in LIGHT_SHAPES.items():
-        model = getattr(store, name)
-        expected = [
-            (n, _MISSING if f.is_required() else f.get_default(call_default_factory=True))
-            for n, f in model.model_fields.items()
-        ]
-        assert list(fields) == expected, name
-
-
-def test_light_blocks_and_results_dump_as_the_models_do() -> None:
-    from store import CONTENT_ADAPTER, Result, content_json
-    from store._rawmodels import block_from_json, result_from_json
-
-    blocks: list[dict[str, Any]] = [
-        {"type": "text", "text": "hi ✓"},
-        {"type": "thinking", "thinking": "t"},
-        {"type": "thinking", "thinking": "t", "signature": "s"},
-        {"type": "tool_use", "id": "a", "name": "bash"},
-        {"type": "tool_use", "id": "a", "name": "bash", "input": {"x": [1, 2.5, None, "é"]}},
-        {"type": "tool_result", "tool_use_id": "a"},
-        {"type": "tool_result", "tool_use_id": "a", "content": "out", "is_error": True},
-        {"type": "tool_result", "tool_use_id": "a", "content": [{"type": "text", "text": "x"}]},
-        {
-            "type": "tool_result",
-            "tool_use_id": "a",
-            "content": "x",
-            "effects": {"exit_code": 2, "changed": [{"path": "p", "action": "added"}]},
-        },
-        {"type": "tool_result", "tool_use_id": "a", "effects": {"complete": False}},
-    ]
-    models = content_json(CONTENT_ADAPTER.validate_python(blocks))
-    light = [block_from_json(b).model_dump(mode="json", exclude_none=True) for b in blocks]
-    assert json.dumps(light) == json.dumps(models)
-    result = {
-        "summary": "s",
-        "status": "done",
-        "findings": [{"claim": "c"}],
-        "usage": {"output_tokens": 3},
-        "duration_s": 2,
-        "turns": 4,
-        "check": {
-            "verdict": "unverified",
-            "claims": [
-                {"kind": "status", "verdict": "unverified", "reason": "r"},
-                {
-                    "kind": "finding",
-                    "index": 0,
-                    "verdict": "verified",
-                    "reason": "r",
-                    "refs": ["T-0123#4"],
-                },
-            ],
-        },
+    conn = rawread.open_at_head(db.path)
+    try:
+        info, _, _ = rawread.resolve(conn, db.ref("worker"))
+        msgs = rawread.messages(conn, info.id)
+        hits = rawread.search(conn, "zebrafish")
+        sums = rawread.usage_totals(conn, thread_id=info.id)
+    finally:
+        conn.close()
+    assert type(info) is store.ThreadInfo
+    assert info.result is None or type(info.result) is store.Result
+    assert msgs and {type(m) for m in msgs} == {store.Message}
+    blocks = {type(b) for m in msgs for b in m.content}
+    assert blocks <= {
+        store.TextBlock,
+        store.ThinkingBlock,
+        store.ToolUseBlock,
+        store.ToolResultBlock,
     }
-    want = Result.model_validate(result).model_dump(mode="json", exclude_none=True)
-    got = result_from_json(result).model_dump(mode="json", exclude_none=True)
-    assert json.dumps(got) == json.dumps(want)
+    assert hits and all(type(h) is store.SearchHit for h in hits)
+    assert all(type(t.usage) is store.Usage for t in sums)
 
 
 @pytest.mark.parametrize(
-    "block",
+    ("block", "read"),
     [
-        {"type": "text", "text": "x", "citations": []},
-        {"type": "image", "source": {}},
-        {"type": "tool_result", "tool_use_id": "a", "content": [{"type": "image"}]},
-        {"type": "tool_use", "id": "a", "name": "n", "input": []},
+        # another writer's key order: validated, and read as the store's own
+        ({"text": "keys in another order", "type": "text"}, True),
+        # a key no model has: refused, by the one validation both paths run
+        ({"type": "text", "text": "x", "citations": []}, False),
+        ({"type": "image", "source": {}}, False),
     ],
 )
-def test_a_stored_shape_the_light_models_do_not_know_is_left_to_the_full_path(
-    block: dict[str, Any],
+def test_a_stored_block_the_store_does_not_write_reads_the_same_on_both_paths(
+    db: Db, tmp_path: Path, block: dict[str, Any], read: bool
 ) -> None:
-    from store._rawmodels import Unsupported, block_from_json
-
-    with pytest.raises(Unsupported):
-        block_from_json(block)
+    copy = tmp_path / "copy.db"
+    copy.write_bytes(db.path.read_bytes())
+    for suffix in ("-wal", "-shm"):
+        side = db.path.with_name(db.path.name + suffix)
+        if side.exists():
+            copy.with_name(copy.name + suffix).write_bytes(side.read_bytes())
+    conn = sqlite3.connect(copy)
+    triggers = "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'messages'"
+    for (name,) in conn.execute(triggers).fetchall():  # a writer that is not the store
+        conn.execute(f'DROP TRIGGER "{name}"')
+    conn.execute(
+        "UPDATE messages SET content = ? WHERE thread_id = ? AND seq = 1",
+        (json.dumps([block]), db.lead),
+    )
+    conn.commit()
+    conn.close()
+    trace = tmp_path / "trace.jsonl"
+    args = ("--db", str(copy), "--json", "show", f"T-{db.lead}#1")
+    slow = _cli(*args, cwd=tmp_path, fast=False)
+    fast = _cli(*args, cwd=tmp_path, fast=True, trace=trace)
+    # a row that does not validate is left to the full path, which reports it as it reports any
+    # store error
+    taken = _trace_lines(trace)[-1]
+    assert taken["taken"] is read, taken
+    assert read or taken["reason"].startswith("ValidationError")
+    assert (fast.returncode, fast.stdout, fast.stderr) == (
+        slow.returncode,
+        slow.stdout,
+        slow.stderr,
+    )
+    if read:
+        assert slow.returncode == 0 and "keys in another order" in slow.stdout
+    else:
+        assert slow.returncode != 0 and len(slow.stderr.strip().splitlines()) == 1
 
 
 def test_the_fast_reader_shares_the_stores_rules_rather_than_copying_them() -> None:
@@ -594,9 +589,9 @@ def test_the_fast_reader_shares_the_stores_rules_rather_than_copying_them() -> N
     assert _engine.SCHEMA_HEAD is _schema.SCHEMA_HEAD
     assert rawread.BUSY_TIMEOUT_MS == _engine.BUSY_TIMEOUT_MS
     # one definition each, in the SQLAlchemy-free _readsql: a copy would drift
-    assert rawread.fts5_rows is _search.fts5_rows is _readsql.fts5_rows
-    assert rawread.segments is _history.segments is _readsql.segments
-    assert rawread.CHAIN_SQL is _history.CHAIN_SQL
+    assert _search.fts5_rows is _readsql.fts5_rows
+    assert _history.segments is _readsql.segments
+    assert rawread.History is _history.History
     assert _readsql.fts5_query('foo.py:12 "a phrase" x"y') == '"foo.py:12" "a phrase" "xy"'
     assert _readsql.fts5_query("  ") == ""
     # a fork of b at 3, b a fork of a at 5: #2-7 of the fork is a#2-3, then c#4-7

@@ -24,7 +24,18 @@ PUBLIC_MODULES = ("errors", "models", "refs")
 """The modules whose names are the store's vocabulary (each with its own ``__all__``)."""
 STATEMENT_MODULES = ("_checkpoints", "_dispatches", "_ledger", "_messages", "_search", "_threads")
 """Statement functions per table family: plain functions of a ``Tx``, no closures."""
-RAW_READ_PATH = ("store.rawread", "store._rawmodels", "store._readsql", "store._sqlite")
+RAW_READ_PATH = (
+    "store.rawread",
+    "store.models",
+    "store._record",
+    "store._history",
+    "store._threads",
+    "store._search",
+    "store._ledger",
+    "store._readsql",
+    "store._sqlite",
+)
+"""What the read-only fast path loads: the store's own models and statements."""
 MAX_NONBLANK_LINES = 5000
 """The whole store package, in non-blank lines (issue 24: it was 5,830 with every write twice)."""
 MAX_DEPTH = 6

@@ -1,6 +1,6 @@
 """Stored rows are built into models without validating them again (``store._stored``): what a
 read gives is exactly what validating the stored JSON gives — the models, their JSON, their
-field sets — for every block shape the store writes, on both backends; a row of any other shape
+defaults — for every block shape the store writes, on both backends; a row of any other shape
 is validated in full; and a large build hands the garbage collector back as it found it."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, ValidationError
 
 from store import (
     INLINE_LIMIT,
@@ -22,10 +21,12 @@ from store import (
     Message,
     NewMessage,
     Store,
+    StoredOutput,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
+    ValidationError,
 )
 from store._stored import (
     EFFECTS_SHAPES,
@@ -35,6 +36,7 @@ from store._stored import (
     gc_paused,
     segment_messages,
 )
+from store.models import BLOCK_CLASSES
 
 OWNER = "01m8vfkpjx7rke2v8j6665hmn1"
 STAMP = "2026-12-03 17:23:20.990790"
@@ -92,25 +94,14 @@ def _every_shape() -> list[NewMessage]:
     ]
 
 
-def _fields_sets(m: BaseModel) -> list[set[str]]:
-    """The field sets of a model and of every model inside it, in order."""
-    out = [set(m.model_fields_set)]
-    for name in type(m).model_fields:
-        value = getattr(m, name)
-        for v in value if isinstance(value, list) else [value]:
-            if isinstance(v, BaseModel):
-                out.extend(_fields_sets(v))
-    return out
-
-
 def _same(got: Message, want: Message) -> None:
     assert got == want
     assert got.model_dump_json() == want.model_dump_json()
     assert got.model_dump(mode="json", exclude_none=True) == want.model_dump(
         mode="json", exclude_none=True
     )
+    assert got.model_dump() == want.model_dump()  # every field, defaults included
     assert [type(b) for b in got.content] == [type(b) for b in want.content]
-    assert _fields_sets(got) == _fields_sets(want)
 
 
 async def test_every_stored_shape_reads_back_as_validating_its_row_gives(store: Store) -> None:
@@ -142,13 +133,13 @@ async def test_every_stored_shape_reads_back_as_validating_its_row_gives(store: 
 async def test_models_built_from_rows_stay_frozen_and_copy_and_pickle(store: Store) -> None:
     tid = (await store.create_thread(kind="worker", messages=_every_shape())).id
     msg = (await store.messages(tid))[1]
-    with pytest.raises(ValidationError):
+    with pytest.raises(AttributeError, match="frozen"):
         msg.seq = 9  # type: ignore[misc]
-    with pytest.raises(ValidationError):
+    with pytest.raises(AttributeError, match="frozen"):
         msg.content[0].thinking = "x"  # type: ignore[union-attr,misc]
     assert pickle.loads(pickle.dumps(msg)) == msg
     copy = msg.model_copy(update={"seq": 7})
-    assert copy.seq == 7 and msg.seq == 2 and msg.model_fields_set == copy.model_fields_set
+    assert copy.seq == 7 and msg.seq == 2 and copy.content == msg.content
 
 
 def test_known_shapes_are_what_the_models_dump() -> None:
@@ -160,16 +151,14 @@ def test_known_shapes_are_what_the_models_dump() -> None:
     dumped.add(("type", "tool_use_id", "content", "is_error", "stored"))  # stored apart
     dumped.add(("type", "tool_use_id", "content", "is_error", "stored", "effects"))
     assert dumped == set(KNOWN_SHAPES)
-    for keys, (cls, kind) in KNOWN_SHAPES.items():
-        fields = list(cls.model_fields)
+    for keys, cls in KNOWN_SHAPES.items():
+        fields = list(cls.field_names)
         assert list(keys) == [f for f in fields if f in keys]  # the models' order
-        assert cls.model_fields["type"].default == kind
+        assert keys[0] == "type" and BLOCK_CLASSES[cls.type] is cls  # type: ignore[attr-defined]
         for missing in set(fields) - set(keys):
-            assert cls.model_fields[missing].default is None
-    from store import StoredOutput
-
-    assert tuple(StoredOutput.model_fields) == STORED_OUTPUT_SHAPE
-    assert (tuple(Effects.model_fields), tuple(Effects.model_fields)[1:]) == EFFECTS_SHAPES
+            assert getattr(cls, missing) is None  # the class default a row leaves out
+    assert StoredOutput.field_names == STORED_OUTPUT_SHAPE
+    assert (Effects.field_names, Effects.field_names[1:]) == EFFECTS_SHAPES
 
 
 def _row(content: Any, role: str = "user") -> tuple[str, str, str]:
@@ -264,24 +253,18 @@ def test_a_large_build_gives_the_collector_back_as_it_found_it() -> None:
         gc.enable()
 
 
-def test_construct_builds_what_model_construct_builds() -> None:
-    from store import construct_model as construct
-
+def test_trusted_builds_what_validation_builds() -> None:
     content: list[ContentBlock] = [
         TextBlock(text="a"),
         ToolResultBlock(tool_use_id="t", content="out"),
     ]
-    want = NewMessage.model_construct(role="user", content=content)
-    got = construct(NewMessage, {"role": "user", "content": content}, {"role", "content"})
+    want = NewMessage(role="user", content=content)
+    got = NewMessage.trusted({"role": "user", "content": content})
     assert type(got) is NewMessage
     assert got == want and got.model_dump_json() == want.model_dump_json()
-    assert got.model_fields_set == want.model_fields_set
-    block = ToolResultBlock.model_construct(tool_use_id="t", content="x", is_error=True)
+    block = ToolResultBlock(tool_use_id="t", content="x", is_error=True)
     values = {"type": "tool_result", "tool_use_id": "t", "content": "x", "is_error": True}
-    built = construct(
-        ToolResultBlock,
-        {**values, "stored": None, "effects": None},
-        {"tool_use_id", "content", "is_error"},
-    )
-    assert built == block and built.model_dump_json() == block.model_dump_json()
-    assert built.model_fields_set == block.model_fields_set
+    built = ToolResultBlock.trusted(values)  # stored and effects left out: the class defaults
+    assert built.stored is None and built.effects is None
+    assert built == block and built.model_dump() == block.model_dump()
+    assert built.model_dump_json(exclude_none=True) == json.dumps(values, separators=(",", ":"))

@@ -45,7 +45,7 @@ MODEL_NAME = "scripted"
 _TURN_KEYS = ("text", "tool_calls", "usage")
 _RULE_KEYS = ("match", "turns")
 _CALL_KEYS = ("name", "input")
-_USAGE_KEYS = tuple(Usage.model_fields)
+_USAGE_KEYS = Usage.field_names
 _PLACEHOLDER = re.compile(r"\{\{(thread|ref:([^{}]*))\}\}")
 _SHOWN_TEXT = 120
 
