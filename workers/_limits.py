@@ -28,14 +28,12 @@ class Limits:
         if turns >= self.turns:
             return f"max_turns ({self.turns}) reached without an end", None
         if self.tokens is not None and tokens >= self.tokens:
-            spent = BudgetExhausted(f"{tokens:,} of {self.tokens:,} tokens for this thread")
+            said = f"{tokens:,} of {self.tokens:,} tokens for this thread"
         elif self.job_tokens and (job_tokens or 0) >= self.job_tokens:
-            spent = BudgetExhausted(
-                f"the job has used {job_tokens:,} of its {self.job_tokens:,} tokens"
-            )
+            said = f"the job has used {job_tokens:,} of its {self.job_tokens:,} tokens"
         else:
             return None
-        return f"budget exhausted: {spent}", spent
+        return f"budget exhausted: {said}", BudgetExhausted(said)
 
     @property
     def timed_out(self) -> str:
