@@ -78,7 +78,7 @@ class Orchestrator:
 
     @property
     def config(self) -> LoopConfig:
-        """The loop's limits for every thread run (``workers.LoopConfig()`` unless given)."""
+        """How threads run (``workers.LoopConfig()`` unless given); a worker's limits: its job's."""
         if self._config is None:
             from workers import LoopConfig
 

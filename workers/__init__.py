@@ -13,9 +13,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._limits import BudgetExhausted, Limits
     from ._loop import (
         INTERRUPTED_RESULT,
-        BudgetExhausted,
         CheckHook,
         HandOff,
         LoopConfig,
@@ -82,7 +82,7 @@ if TYPE_CHECKING:
 _WHERE = {
     "BYTES_PER_TOKEN": "._tokens",
     "BadModelResponse": ".errors",
-    "BudgetExhausted": "._loop",
+    "BudgetExhausted": "._limits",
     "CheckHook": "._loop",
     "ContextTooLong": ".errors",
     "DEFAULT_OUTPUT_CAP": "._request",
@@ -90,6 +90,7 @@ _WHERE = {
     "HandOff": "._loop",
     "HandOffRefused": ".errors",
     "INTERRUPTED_RESULT": "._loop",
+    "Limits": "._limits",
     "LoopConfig": "._loop",
     "LoopEvent": "._loop",
     "Model": "._protocol",
@@ -143,6 +144,7 @@ __all__ = [
     "ContextTooLong",
     "HandOff",
     "HandOffRefused",
+    "Limits",
     "LoopConfig",
     "LoopEvent",
     "Model",

@@ -58,6 +58,7 @@ from ._calls import (
     submit,
     tool_spec,
 )
+from ._limits import BudgetExhausted, Limits
 from ._nudges import EMPTY_REPLY_SUMMARY, nudge_text, reply_text
 from ._protocol import Model, ModelRequest, ModelResponse, ToolSpec, result_nudges
 from ._repetition import STOPPED_CALL, repeated_calls, repetition, restarted, restated
@@ -93,17 +94,11 @@ CheckHook = Callable[[Result, Sequence[Message]], Awaitable[Check]]
 history, before it is stored (the orchestrator's ``runtime.check``; the loop knows no rules)."""
 
 
-class BudgetExhausted(Exception):
-    """Raised by a ``before_model_call`` hook: no new model call may start."""
-
-
 @dataclass(frozen=True, slots=True)
 class LoopConfig:
-    """Per-thread limits. ``timeout_s``/``max_tokens_total`` of None mean no limit."""
+    """How a thread runs: its ``limits`` (turns, tokens, its job's tokens, time) and knobs."""
 
-    max_turns: int = 40
-    timeout_s: float | None = 900.0
-    max_tokens_total: int | None = None
+    limits: Limits = field(default_factory=Limits)
     max_response_tokens: int = 8192
     output_cap: int = DEFAULT_OUTPUT_CAP
     parallel_tools: int = 4
@@ -174,8 +169,8 @@ class _Run:
     ctx: ToolContext
     config: LoopConfig
     kind: Kind
+    job_id: str
     system: str
-    before_model_call: Callable[[], Awaitable[None]] | None
     on_event: Callable[[LoopEvent], None] | None
     resolve_task_ref: Callable[[str], Awaitable[str | None]] | None
     task_key: str | None
@@ -237,7 +232,6 @@ async def run_thread(
     tools: Sequence[Tool[Any]],
     workspace: Path,
     config: LoopConfig | None = None,
-    before_model_call: Callable[[], Awaitable[None]] | None = None,
     on_event: Callable[[LoopEvent], None] | None = None,
     resolve_task_ref: Callable[[str], Awaitable[str | None]] | None = None,
     owner: str | None = None,
@@ -302,8 +296,8 @@ async def run_thread(
         ),
         config=cfg,
         kind=info.kind,
+        job_id=info.job_id,
         system=info.system_prompt or "",
-        before_model_call=before_model_call,
         on_event=on_event,
         resolve_task_ref=resolve_task_ref,
         task_key=(info.task or {}).get("id") if info.task else None,
@@ -383,9 +377,8 @@ async def _as_it_ended(store: Store, thread_id: str) -> RunOutcome:
 
 
 async def _drive(run: _Run) -> RunOutcome:
-    cfg = run.config
     try:
-        async with asyncio.timeout(cfg.timeout_s):
+        async with asyncio.timeout(run.config.limits.time_s):  # its error: ``_end_timed_out``
             await _answer_orphans(run)
             if run.message is not None:
                 await store_message(run, NewMessage.user(run.message))
@@ -437,7 +430,7 @@ async def _end_interrupted(run: _Run) -> None:
 
 async def _end_timed_out(run: _Run) -> RunOutcome:
     await _answer_orphans(run, replay=False)
-    return await _finish(run, Status.FAILED, error=f"timed out after {run.config.timeout_s:g} s")
+    return await _finish(run, Status.FAILED, error=run.config.limits.timed_out)
 
 
 async def _answer_orphans(run: _Run, *, replay: bool = True, stopping: bool = False) -> None:
@@ -719,9 +712,8 @@ def _restarted(history: Sequence[Message], said: str) -> bool:
 
 async def _nudge_for(run: _Run, *, empty: bool) -> str | None:
     """The nudge that answers a turn ending without tool calls (see ``_nudges``), or None to end
-    the run. Sent only while the next model call may still start (a turn left under
-    ``max_turns``, the thread's and the job's token budgets not spent): a nudge must never turn a
-    ``partial`` into a ``failed``."""
+    the run. Sent only while the next model call may still start (no limit reached: ``_spent``):
+    a nudge must never turn a ``partial`` into a ``failed``."""
     text = nudge_text(
         run.kind,
         empty=empty,
@@ -734,23 +726,11 @@ async def _nudge_for(run: _Run, *, empty: bool) -> str | None:
 
 
 async def _spent(run: _Run) -> tuple[str, BudgetExhausted | None] | None:
-    """The limit that stops the next model call, as the run's error and its exception: the
-    thread's turns and tokens (``LoopConfig``), then the job's budget (``before_model_call``, a
-    read with no side effect); None: none is reached. The one place a run's limits are checked
-    (its time is the deadline ``_drive`` runs it under)."""
-    cfg = run.config
-    if run.turns >= cfg.max_turns:
-        return f"max_turns ({cfg.max_turns}) reached without an end", None
-    spent: BudgetExhausted | None = None
-    if cfg.max_tokens_total is not None and run.usage.total_tokens >= cfg.max_tokens_total:
-        used = f"{run.usage.total_tokens:,} of {cfg.max_tokens_total:,} tokens for this thread"
-        spent = BudgetExhausted(used)
-    elif run.before_model_call is not None:
-        try:
-            await run.before_model_call()
-        except BudgetExhausted as exc:
-            spent = exc
-    return None if spent is None else (f"budget exhausted: {spent}", spent)
+    """The limit that stops the next model call (``Limits.reached``), the job's tokens read from
+    its stored usage when it has a budget; the run's time is the deadline ``_drive`` runs under."""
+    limits = run.config.limits
+    job = (await run.store.usage.of_job(run.job_id)).total_tokens if limits.job_tokens else None
+    return limits.reached(turns=run.turns, tokens=run.usage.total_tokens, job_tokens=job)
 
 
 async def _finish(

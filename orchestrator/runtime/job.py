@@ -2,10 +2,10 @@
 and every front door (creating them is ``threads``).
 
 One ``JobRuntime`` per job run: it holds the job spec (rebuilt from the lead thread when a job is
-resumed), the semaphore that bounds running workers, the job's token budget check (SQL sums of
-stored usage rows, before every model call of every thread), the model clients, and the event
-sink for live progress. Every thread — lead, worker, reader, fork — runs through
-``workers.run_thread``; this module only decides which tools, model and limits it gets.
+resumed), the semaphore that bounds running workers, the model clients, and the event sink for
+live progress. Every thread — lead, worker, reader, fork — runs through ``workers.run_thread``;
+this module only decides which tools, model and limits (``workers.Limits``: the job's token
+budget among them, which the loop checks against the job's stored usage) it gets.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from store import (
 from workers import (
     BYTES_PER_TOKEN,
     SUBMIT_RESULT,
-    BudgetExhausted,
     CheckHook,
     HandOff,
     HandOffRefused,
+    Limits,
     LoopConfig,
     LoopEvent,
     Model,
@@ -198,16 +198,7 @@ class JobRuntime:
             self._isolation_loaded = True
         return self._isolation
 
-    # ------------------------------------------------------------------ budget and refs
-
-    async def check_budget(self) -> None:
-        if not self.job.budget_tokens:
-            return
-        used = (await self.store.usage.of_job(self.lead_id)).total_tokens
-        if used >= self.job.budget_tokens:
-            raise BudgetExhausted(
-                f"the job has used {used:,} of its {self.job.budget_tokens:,} tokens"
-            )
+    # ------------------------------------------------------------------ refs
 
     async def task_ref(self, task_id: str) -> str | None:
         """The ref of the newest worker that ran task ``task_id`` in this job."""
@@ -301,19 +292,22 @@ class JobRuntime:
             self._lead_now = info.id
             # no run deadline: a lead's time is mostly its workers', each under its own
             # ``timeout_s``; its requests keep theirs, its turns ``max_turns``
-            cfg = _ceiling(dataclasses.replace(self.config, timeout_s=None), self.job.lead_ceiling)
+            limits = dataclasses.replace(self.config.limits, time_s=None)
+            cfg = _ceiling(self.config, self.job.lead_ceiling)
             hand_off = self._lead_hand_off(info)
         elif info.kind == Kind.READER:
             tools = reader_tools(self, target=str(task.get("reader_of", "")))
-            cfg = LoopConfig(max_turns=20, timeout_s=self.config.timeout_s)
+            limits, cfg = Limits(turns=20, time_s=self.config.limits.time_s), LoopConfig()
         else:
             own = [t for t in info.tools if t not in (SUBMIT_RESULT, threads.READ_OWN)]
             tools = build_tools(own)
             if threads.READ_OWN in info.tools:  # a successor: it may read its predecessors
                 tools.append(ReadThreadTool(self, only=await self._predecessors(info)))
+            limits = Limits(
+                turns=int(task.get("max_turns", self.job.worker.max_turns)),
+                time_s=float(task.get("timeout_s", self.job.worker.timeout_s)),
+            )
             cfg = LoopConfig(
-                max_turns=int(task.get("max_turns", self.job.worker.max_turns)),
-                timeout_s=float(task.get("timeout_s", self.job.worker.timeout_s)),
                 output_cap=self.config.output_cap,
                 bash_timeout_s=self.config.bash_timeout_s,
                 lease_ttl_s=self.config.lease_ttl_s,  # a Temporal host's: its heartbeat's
@@ -323,6 +317,7 @@ class JobRuntime:
                 cfg = _ceiling(cfg, ceiling)
             if info.kind == Kind.WORKER and not threads.imported(info):
                 hand_off = self._worker_hand_off(info)
+        limits = dataclasses.replace(limits, job_tokens=self.job.budget_tokens or None)  # 0: none
         workspace = run_workspace(info, self.job)
         hook = self._check_hook(info, workspace, iso, tree) if info.kind == Kind.WORKER else None
         outcome = await run_thread(
@@ -331,8 +326,7 @@ class JobRuntime:
             model=model,
             tools=tools,
             workspace=workspace,
-            config=cfg,
-            before_model_call=self.check_budget,
+            config=dataclasses.replace(cfg, limits=limits),
             on_event=self.on_event,
             resolve_task_ref=self.task_ref,
             message=message,

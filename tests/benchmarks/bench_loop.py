@@ -34,7 +34,7 @@ import structlog
 structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
 from store import Kind, NewMessage, Status, Store  # noqa: E402
-from workers import LoopConfig, ModelRequest, ModelResponse, run_thread  # noqa: E402
+from workers import Limits, LoopConfig, ModelRequest, ModelResponse, run_thread  # noqa: E402
 from workers.providers import FunctionModel, tool_response  # noqa: E402
 from workers.tools import Tool, ToolContext, ToolInput, ToolOutput  # noqa: E402
 
@@ -91,7 +91,7 @@ async def loop_cost(db: str, ws: Path) -> tuple[float, int]:
         model=model,
         tools=[Noop()],
         workspace=ws,
-        config=LoopConfig(max_turns=TURNS, timeout_s=None),
+        config=LoopConfig(limits=Limits(turns=TURNS, time_s=None)),
     )
     elapsed = time.perf_counter() - t0
     await store.close()
@@ -151,7 +151,7 @@ async def cache_share(db: str, ws: Path) -> dict[str, Any]:
             model=model,
             tools=build_tools(["read_file", "list_files"]),
             workspace=ws,
-            config=LoopConfig(max_turns=turns + 5, timeout_s=None),
+            config=LoopConfig(limits=Limits(turns=turns + 5, time_s=None)),
         )
         await model.aclose()
         usages = api.usages

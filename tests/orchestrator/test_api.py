@@ -85,7 +85,7 @@ async def test_a_leads_time_limit_does_not_count_the_time_its_workers_take(tmp_p
     """A lead waits on its dispatch while the workers work (each under its own ``timeout_s``):
     seen live, a 1.5B lead timed out at 900 s while its three workers took 13 minutes, and the
     job lost its report. The loop's ``timeout_s`` bounds workers and readers, not a lead."""
-    from workers import LoopConfig
+    from workers import Limits, LoopConfig
 
     slow = {"tool_calls": [{"name": "bash", "input": {"command": "sleep 2; echo slept"}}]}
     job = write_job(
@@ -96,7 +96,7 @@ async def test_a_leads_time_limit_does_not_count_the_time_its_workers_take(tmp_p
             {"match": "(?m)^Task ", "turns": [slow, SUBMIT]},
         ],
     )
-    config = LoopConfig(timeout_s=1.0)
+    config = LoopConfig(limits=Limits(time_s=1.0))
     async with await Orchestrator.open(str(tmp_path / "t.db"), config=config) as orch:
         out = await orch.run_job(job)
     assert out.status == Status.DONE, out

@@ -26,6 +26,7 @@ from tests.fakes.messages_api import FakeMessagesAPI
 from workers import (
     INTERRUPTED_RESULT,
     SUBMIT_RESULT,
+    Limits,
     LoopConfig,
     ModelRequest,
     ModelResponse,
@@ -231,7 +232,7 @@ async def test_provider_failure_fails_the_thread_with_the_error(
 async def test_max_turns_stops_the_thread(store: Store, workspace: Path) -> None:
     tid = await new_worker(store)
     model = scripted(tool_response(("list_files", {})))
-    outcome = await run(store, tid, model, workspace, config=LoopConfig(max_turns=3))
+    outcome = await run(store, tid, model, workspace, config=LoopConfig(limits=Limits(turns=3)))
     assert outcome.status == Status.FAILED and outcome.turns == 3
     msgs = await store.messages(tid)
     assert msgs[-1].role == "user"  # the last tool call was answered
@@ -494,7 +495,7 @@ async def test_thread_timeout_fails_it_and_answers_the_running_call(
 ) -> None:
     tid = await new_worker(store)
     model = scripted(tool_response(("bash", {"command": "sleep 30"})))
-    outcome = await run(store, tid, model, workspace, config=LoopConfig(timeout_s=1.0))
+    outcome = await run(store, tid, model, workspace, config=LoopConfig(limits=Limits(time_s=1.0)))
     assert outcome.status == Status.FAILED and "timed out" in (outcome.error or "")
     last = (await store.messages(tid))[-1]
     assert last.role == "user" and isinstance(last.content[0], ToolResultBlock)

@@ -25,8 +25,15 @@ from store import (
     Usage,
 )
 from tests.fakes.chat_api import FakeChatAPI
-from workers import SUBMIT_RESULT, LoopConfig, ModelRequest, ModelResponse, build_tools, run_thread
-from workers._loop import BudgetExhausted
+from workers import (
+    SUBMIT_RESULT,
+    Limits,
+    LoopConfig,
+    ModelRequest,
+    ModelResponse,
+    build_tools,
+    run_thread,
+)
 from workers._nudges import (
     EMPTY_REPLY_SUMMARY,
     NUDGE_EMPTY,
@@ -252,7 +259,7 @@ async def test_a_worker_without_submit_result_is_not_nudged(store: Store, worksp
 async def test_no_nudge_on_the_last_allowed_turn(store: Store, workspace: Path) -> None:
     tid = await new_thread(store)
     model = replies(tool_response(("list_files", {})), text_response("out of turns"), submit())
-    outcome = await run(store, tid, model, workspace, config=LoopConfig(max_turns=2))
+    outcome = await run(store, tid, model, workspace, config=LoopConfig(limits=Limits(turns=2)))
     # partial, not "max_turns reached": the nudge would have had no turn to be answered in
     assert outcome.status == Status.DONE and outcome.error is None
     assert outcome.result is not None and outcome.result.status == "partial"
@@ -262,7 +269,7 @@ async def test_no_nudge_on_the_last_allowed_turn(store: Store, workspace: Path) 
 async def test_the_nudged_turn_counts_against_max_turns(store: Store, workspace: Path) -> None:
     tid = await new_thread(store)
     model = replies(empty(), submit())
-    outcome = await run(store, tid, model, workspace, config=LoopConfig(max_turns=2))
+    outcome = await run(store, tid, model, workspace, config=LoopConfig(limits=Limits(turns=2)))
     assert outcome.status == Status.DONE and outcome.turns == 2
     assert outcome.result is not None and outcome.result.status == "done"
 
@@ -273,21 +280,19 @@ async def test_no_nudge_when_the_threads_token_budget_is_spent(
     tid = await new_thread(store)
     costly = text_response("spent", usage=Usage(input_tokens=90, output_tokens=20))
     model = replies(costly, submit())
-    outcome = await run(store, tid, model, workspace, config=LoopConfig(max_tokens_total=100))
+    outcome = await run(store, tid, model, workspace, config=LoopConfig(limits=Limits(tokens=100)))
     assert outcome.status == Status.DONE
     assert outcome.result is not None and outcome.result.status == "partial"
     assert len(model.requests) == 1
 
 
 async def test_no_nudge_when_the_jobs_budget_is_spent(store: Store, workspace: Path) -> None:
-    tid = await new_thread(store)
-    model = replies(text_response("spent"), submit())
-
-    async def job_budget() -> None:  # as the runtime's check: a read of what was used
-        if model.requests:
-            raise BudgetExhausted("the job has used 100 of its 100 tokens")
-
-    outcome = await run(store, tid, model, workspace, before_model_call=job_budget)
+    tid = await new_thread(store)  # a job of its own: its usage rows are the job's
+    costly = text_response("spent", usage=Usage(input_tokens=90, output_tokens=20))
+    model = replies(costly, submit())
+    outcome = await run(
+        store, tid, model, workspace, config=LoopConfig(limits=Limits(job_tokens=100))
+    )
     assert outcome.status == Status.DONE
     assert outcome.result is not None and outcome.result.summary == "spent"
     assert len(model.requests) == 1

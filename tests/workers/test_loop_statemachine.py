@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from store import Kind, NewMessage, Status, Store, ToolResultBlock, ToolUseBlock
 from tests.fakes.messages_api import FakeMessagesAPI
-from workers import LoopConfig, build_tools, run_thread
+from workers import Limits, LoopConfig, build_tools, run_thread
 from workers.providers import AnthropicModel
 
 TOOLS = ["list_files", "read_file"]
@@ -64,7 +64,7 @@ class LoopMachine(RuleBasedStateMachine):
                 model=self.model,
                 tools=build_tools(TOOLS),
                 workspace=self.ws,
-                config=LoopConfig(max_turns=turns),
+                config=LoopConfig(limits=Limits(turns=turns)),
                 message=message,
             )
         )
@@ -125,7 +125,7 @@ class LoopMachine(RuleBasedStateMachine):
                     model=self.model,
                     tools=build_tools(TOOLS),
                     workspace=self.ws,
-                    config=LoopConfig(max_turns=3),
+                    config=LoopConfig(limits=Limits(turns=3)),
                 )
             )
             for _ in range(steps):
