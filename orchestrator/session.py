@@ -32,7 +32,6 @@ from store import (
     Store,
     TextBlock,
     ThreadInfo,
-    ThreadRef,
     finish_uncancelled,
     new_id,
 )
@@ -41,7 +40,7 @@ from . import chain
 from .errors import EXIT_USAGE, OrchestratorError, UsageError
 from .jobs import JobSpec, TaskInput, load_job
 from .outcomes import AskOutcome, JobOutcome
-from .runtime import JobRuntime, create_lead, job_of
+from .runtime import JobRuntime, create_lead, fork_point, job_of
 from .runtime.lead_tools import check_citations
 from .runtime.outcome import job_outcome, usage_by_thread
 from .runtime.report_check import check_report
@@ -259,8 +258,8 @@ class JobSession:
         changed, as an empty question is."""
         if not question.strip():
             raise UsageError("the question is empty: say what you want to know about the thread")
+        target = await self._thread(ref)
         if lead is None:
-            target = await self._thread(ref)
             job, job_id = await self.job_for(target), target.job_id
         else:
             job, job_id = job_of(lead), lead.id
@@ -320,9 +319,7 @@ class JobSession:
         else the end), then ``message``; run unless ``run`` is False (then the fork is returned,
         idle; its model is then only parsed, not built: it may need a key the fork's run will
         have). A point past the end is the fork's to refuse (``ForkPointError``)."""
-        parsed = ThreadRef.parse(ref)
-        source = (await self.store.resolve(parsed.thread)).thread
-        point = at if at is not None else parsed.end if parsed.has_anchor else None
+        source, point = await fork_point(self.store, ref, at)
         await self._check(source, message, model, build=run)
         fork = await self.store.fork(
             source.id,

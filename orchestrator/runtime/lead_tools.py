@@ -27,7 +27,6 @@ from store import (
     Store,
     StoreError,
     ThreadInfo,
-    ThreadRef,
     format_ref,
 )
 from store.errors import RefError
@@ -47,6 +46,7 @@ from .pages import (
     split_offset,
 )
 from .prompts import lead_system_prompt
+from .threads import fork_point
 
 _CITATION = REF_IN_TEXT
 MAX_TASKS_PER_DISPATCH = 1000  # a job file may list many tasks; the lead gets them all at once
@@ -314,10 +314,10 @@ class ForkThreadTool(JobTool[ForkInput]):
     Input = ForkInput
 
     async def run(self, args: ForkInput, ctx: ToolContext) -> ToolOutput:
-        src = await _job_worker(self.rt, args.ref)
-        ref = ThreadRef.parse(args.ref)
-        at = args.at if args.at is not None else (ref.end if ref.has_anchor else None)
         try:
+            src, at = await fork_point(self.rt.store, args.ref, args.at)
+            _of_job(self.rt, src)
+            # under the lead running now, queued: it runs in the lead's turn, stops with it
             fork = await self.rt.store.fork(
                 src.id, at=at, parent_id=self.rt.current_lead, status=Status.QUEUED
             )
@@ -367,9 +367,12 @@ class MergeTool(JobTool[MergeInput]):
 
 async def _job_worker(rt: Runtime, ref: str) -> ThreadInfo:
     try:
-        info = (await rt.store.resolve(ref)).thread
+        return _of_job(rt, (await rt.store.resolve(ref)).thread)
     except RefError as err:
         raise ToolFailure(str(err)) from None
+
+
+def _of_job(rt: Runtime, info: ThreadInfo) -> ThreadInfo:
     if info.job_id != rt.lead_id or info.kind != Kind.WORKER:
         raise ToolFailure(f"{info.ref} is not a worker of this job")
     return info

@@ -20,6 +20,7 @@ from store import (
     Store,
     TextBlock,
     ThreadInfo,
+    ThreadRef,
     ToolResultBlock,
     ToolUseBlock,
     format_ref,
@@ -155,6 +156,16 @@ async def spawn_request(
             )
         )  # fmt: skip
     return SpawnRequest(lead_id, tool_use_id, tuple(workers))
+
+
+async def fork_point(store: Store, ref: str, at: int | None) -> tuple[ThreadInfo, int | None]:
+    """The thread ``ref`` names and where a fork of it branches (every fork: the lead's
+    ``fork_thread``, every door's): after message ``at``, else after the ref's anchor
+    (``T-…#5``, ``T-…#3-5``: after 5), else at its end (None). A point past the end is the
+    store's to refuse when it forks (``ForkPointError``)."""
+    parsed = ThreadRef.parse(ref)
+    source = (await store.resolve(parsed.thread)).thread
+    return source, at if at is not None else parsed.end if parsed.has_anchor else None
 
 
 async def create_reader(
