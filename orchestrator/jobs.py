@@ -182,7 +182,7 @@ class TaskSpec(TaskInput):
 
 def check_tasks(tasks: Sequence[TaskInput]) -> None:
     """The rule of one dispatch that no single task can check: ids unique in it
-    (``threads.spawn_workers`` checks them against the job's earlier dispatches)."""
+    (``threads.spawn_request`` checks them against the job's earlier dispatches)."""
     again = _duplicate(tasks)
     if again is not None:
         raise DispatchError(f"duplicate task id {tasks[again[1]].id!r}")

@@ -32,7 +32,6 @@ from store import (
     Store,
     TextBlock,
     ThreadInfo,
-    ThreadRef,
     finish_uncancelled,
     new_id,
 )
@@ -41,8 +40,8 @@ from . import chain
 from .errors import EXIT_USAGE, OrchestratorError, UsageError
 from .jobs import JobSpec, TaskInput, load_job
 from .outcomes import AskOutcome, JobOutcome
-from .runtime import JobRuntime, create_lead, job_of
-from .runtime.lead_tools import ask, check_citations
+from .runtime import JobRuntime, create_lead, fork_point, job_of
+from .runtime.lead_tools import check_citations
 from .runtime.outcome import job_outcome, usage_by_thread
 from .runtime.report_check import check_report
 from .views import result_json
@@ -237,7 +236,7 @@ class JobSession:
     ) -> list[Run[RunOutcome]]:
         """One worker per task under ``job`` (its lead, or any ref of it), started at once.
         A task given as a dict is held to every door's rules (``TaskInput``; its title, left
-        out, is its id). Every model the tasks name is built first (``JobRuntime.spawn_workers``),
+        out, is its id). Every model the tasks name is built first (``JobRuntime.dispatch``),
         so a bad spec or a missing key is refused with nothing stored."""
         given = [
             t if isinstance(t, TaskInput) else TaskInput.model_validate({"title": t.get("id"), **t})
@@ -245,8 +244,8 @@ class JobSession:
         ]
         lead = job if isinstance(job, ThreadInfo) else await self.lead_of(await self._thread(job))
         rt = self._runtime(job_of(lead), lead.id)
-        spawned = await rt.spawn_workers(tool_use_id=f"api-{new_id()}", tasks=given)
-        return [self._start(info, lead.id, rt.run_worker(info)) for info, _ in spawned]
+        work = await rt.dispatch(given, key=f"api-{new_id()}")  # a key of its own: never replayed
+        return [self._start(info, lead.id, run) for info, run in work]
 
     async def ask(
         self, lead: ThreadInfo | None, ref: str, question: str, *, model: str | None = None
@@ -259,18 +258,14 @@ class JobSession:
         changed, as an empty question is."""
         if not question.strip():
             raise UsageError("the question is empty: say what you want to know about the thread")
-        resolved = await self.store.resolve(ref)
-        target = resolved.thread
+        target = await self._thread(ref)
         if lead is None:
             job, job_id = await self.job_for(target), target.job_id
         else:
             job, job_id = job_of(lead), lead.id
-        spec = _canonical(model) if model is not None else job.worker_spec()
-        rt = self._runtime(job, job_id)
-        rt.model(spec, worker=True)  # built now: refused before the reader is stored
-        focus = resolved.ref if resolved.start else None
-        reader = await rt.create_reader(target, question, model=spec, focus=focus)
-        return self._start(reader, job_id, ask(rt, reader))
+        spec = _canonical(model) if model is not None else None
+        reader, answer = await self._runtime(job, job_id).ask(ref, question, model=spec)
+        return self._start(reader, job_id, answer)
 
     async def resume(
         self,
@@ -324,9 +319,7 @@ class JobSession:
         else the end), then ``message``; run unless ``run`` is False (then the fork is returned,
         idle; its model is then only parsed, not built: it may need a key the fork's run will
         have). A point past the end is the fork's to refuse (``ForkPointError``)."""
-        parsed = ThreadRef.parse(ref)
-        source = (await self.store.resolve(parsed.thread)).thread
-        point = at if at is not None else parsed.end if parsed.has_anchor else None
+        source, point = await fork_point(self.store, ref, at)
         await self._check(source, message, model, build=run)
         fork = await self.store.fork(
             source.id,

@@ -10,7 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._dispatches import Dispatch
+    from ._dispatches import Dispatch, NewWorker, SpawnRequest
     from ._engine import Database, database_url, finish_uncancelled
     from ._leases import Lease
     from ._ledger import UsageTotal
@@ -114,6 +114,7 @@ _WHERE = {
     "MAX_OUTPUT_BYTES": "._outputs",
     "Message": ".models",
     "NewMessage": ".models",
+    "NewWorker": "._dispatches",
     "OutputFile": "._outputs",
     "RedactingWriter": "._redact",
     "RefError": ".errors",
@@ -121,6 +122,7 @@ _WHERE = {
     "SCHEMA_HEAD": "._schema",
     "SearchQueryError": ".errors",
     "SourceTaken": ".errors",
+    "SpawnRequest": "._dispatches",
     "ResolvedRef": ".refs",
     "Result": ".models",
     "Role": ".models",
@@ -200,6 +202,7 @@ __all__ = [
     "LeaseLost",
     "Message",
     "NewMessage",
+    "NewWorker",
     "OutputFile",
     "RedactingWriter",
     "RefError",
@@ -210,6 +213,7 @@ __all__ = [
     "SearchHit",
     "SearchQueryError",
     "SourceTaken",
+    "SpawnRequest",
     "Status",
     "StatusError",
     "Store",

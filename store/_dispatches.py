@@ -5,7 +5,7 @@ the queue that lets workers run in other processes later."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -29,20 +29,41 @@ class Dispatch:
     status: str
 
 
+@dataclass(frozen=True, slots=True)
+class NewWorker:
+    """One task of a ``SpawnRequest``: its place in the dispatch (``index``), its id in the job
+    (``key``) and its worker thread as stored. ``id`` is chosen here unless given (a worker's
+    system prompt names its own ref)."""
+
+    index: int
+    key: str | None = None
+    title: str = ""
+    task: Mapping[str, Any] | None = None
+    system_prompt: str | None = None
+    tools: tuple[str, ...] = ()
+    model: str | None = None
+    messages: tuple[NewMessage, ...] = ()
+    id: str = field(default_factory=new_id)
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnRequest:
+    """One dispatch: the workers of a lead's call, keyed by the lead and the call's
+    ``tool_use_id`` (with each task's index), so that a replay of the call finds its workers
+    instead of starting them again. Built once, where the call is made, and stored as given
+    (``Dispatches.spawn``)."""
+
+    lead_id: str
+    tool_use_id: str
+    workers: tuple[NewWorker, ...]
+
+
 def spawn(
-    tx: Tx,
-    now: datetime,
-    messages: Sequence[NewMessage],
-    *,
-    lead_id: str,
-    tool_use_id: str,
-    task_index: int,
-    task_key: str | None,
-    **values: Any,
+    tx: Tx, now: datetime, lead_id: str, tool_use_id: str, w: NewWorker
 ) -> tuple[ThreadInfo, bool]:
     """The worker of one task of a lead's ``tool_use`` with its dispatch row, or the worker
     that dispatch already has: (thread, created)."""
-    key = {"lead": lead_id, "tool_use": tool_use_id, "index": task_index}
+    key = {"lead": lead_id, "tool_use": tool_use_id, "index": w.index}
     row = tx.fetchone(
         "SELECT worker_id FROM dispatches WHERE lead_id = :lead AND tool_use_id = :tool_use"
         " AND task_index = :index",
@@ -51,15 +72,19 @@ def spawn(
     if row is not None:
         return _threads.get(tx, row[0]), False
     job, status = _threads.job_of(tx, lead_id), str(Status.QUEUED)
-    _messages.new_thread(tx, now, messages, status=status, parent_id=lead_id, job_id=job, **values)
+    _messages.new_thread(
+        tx, now, w.messages, id=w.id, kind=str(Kind.WORKER), title=w.title,
+        task=dict(w.task) if w.task is not None else None, system_prompt=w.system_prompt,
+        tools=list(w.tools), model=w.model, status=status, parent_id=lead_id, job_id=job,
+    )  # fmt: skip
     stamp = tx.time(now)
     tx.execute(
         "INSERT INTO dispatches (lead_id, tool_use_id, task_index, task_key, worker_id, status,"
         " created_at, updated_at) VALUES (:lead, :tool_use, :index, :task_key, :worker, :status,"
         " :now, :now)",
-        {**key, "task_key": task_key, "worker": values["id"], "status": status, "now": stamp},
+        {**key, "task_key": w.key, "worker": w.id, "status": status, "now": stamp},
     )
-    return _threads.get(tx, values["id"]), True
+    return _threads.get(tx, w.id), True
 
 
 def set_status(tx: Tx, worker_id: str, status: str, now: datetime) -> None:
@@ -164,59 +189,17 @@ class Dispatches:
     def __init__(self, writer: Writer) -> None:
         self._writer = writer
 
-    async def spawn(
-        self,
-        *,
-        lead_id: str,
-        tool_use_id: str,
-        task_index: int,
-        task_key: str | None,
-        **worker: Any,
-    ) -> tuple[ThreadInfo, bool]:
-        """The worker thread for task ``task_index`` of the lead's ``tool_use_id``: created with
-        its dispatch row in one transaction, or — when that dispatch already exists (a replayed
-        lead turn) — the existing worker. Returns (thread, created). ``worker``: ``kind``
-        (default worker), ``title``, ``task``, ``system_prompt``, ``tools``, ``model``,
-        ``messages``, and ``thread_id`` to choose the new thread's id (e.g. to name it in the
-        worker's own system prompt)."""
-        spec = {**worker, "task_index": task_index, "task_key": task_key}
-        [found] = await self.spawn_all(lead_id=lead_id, tool_use_id=tool_use_id, workers=[spec])
-        return found
-
-    async def spawn_all(
-        self, *, lead_id: str, tool_use_id: str, workers: Sequence[Mapping[str, Any]]
-    ) -> list[tuple[ThreadInfo, bool]]:
-        """``spawn`` for every task of one lead ``tool_use``, in one transaction (a 100-task
-        dispatch is one commit, not 100): each mapping holds ``spawn``'s keywords after
-        ``lead_id``/``tool_use_id``. Returns (thread, created) per mapping, in order."""
-        now = utcnow()
-        calls = []
-        for raw in workers:
-            w = dict(raw)
-            messages = w.pop("messages", ())
-            check_append((), 0, messages)  # refused before anything is written
-            index, key = w.pop("task_index"), w.pop("task_key")
-            values = {
-                "id": w.pop("thread_id", None) or new_id(),
-                "kind": str(Kind(w.pop("kind", Kind.WORKER))),
-                "title": w.pop("title", ""),
-                "task": w.pop("task", None),
-                "system_prompt": w.pop("system_prompt", None),
-                "tools": list(w.pop("tools", ())),
-                "model": w.pop("model", None),
-            }
-            if w:
-                raise TypeError(f"unknown spawn keywords: {', '.join(sorted(w))}")
-            calls.append((index, key, messages, values))
+    async def spawn(self, request: SpawnRequest) -> list[tuple[ThreadInfo, bool]]:
+        """The worker thread of each task of ``request``, in one transaction (a 100-task
+        dispatch is one commit, not 100): created with its dispatch row, or — when that
+        dispatch exists already (a replayed lead turn) — the existing worker. Returns
+        (thread, created) per task, in order."""
+        for w in request.workers:
+            check_append((), 0, w.messages)  # refused before anything is written
+        now, lead, call = utcnow(), request.lead_id, request.tool_use_id
 
         def fn(tx: Tx) -> list[tuple[ThreadInfo, bool]]:
-            return [
-                spawn(
-                    tx, now, msgs, lead_id=lead_id, tool_use_id=tool_use_id,
-                    task_index=index, task_key=key, **values,
-                )
-                for index, key, msgs, values in calls
-            ]  # fmt: skip
+            return [spawn(tx, now, lead, call, w) for w in request.workers]
 
         return await self._writer.run(fn, where="spawning workers")
 

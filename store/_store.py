@@ -472,18 +472,6 @@ class Store:
         lease.released = True
         return info
 
-    async def spawn_workers(
-        self, *, lead_id: str, tool_use_id: str, workers: Sequence[Mapping[str, Any]]
-    ) -> list[tuple[ThreadInfo, bool]]:
-        """``dispatches.spawn`` for every task of one lead ``tool_use``, in one transaction
-        (a 100-task dispatch is one commit, not 100). Each mapping holds ``spawn``'s keywords
-        after ``lead_id``/``tool_use_id``: ``task_index`` and ``task_key`` (required),
-        ``thread_id``, ``kind``, ``title``, ``task``, ``system_prompt``, ``tools``, ``model``,
-        ``messages``. Returns (thread, created) per mapping, in order."""
-        return await self.dispatches.spawn_all(
-            lead_id=lead_id, tool_use_id=tool_use_id, workers=workers
-        )
-
     async def set_result(self, thread_id: str, result: Result) -> None:
         values = {"result": result.model_dump(mode="json", exclude_none=True)}
         now = utcnow()

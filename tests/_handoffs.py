@@ -16,7 +16,9 @@ from store import (
     Kind,
     Lease,
     NewMessage,
+    NewWorker,
     Result,
+    SpawnRequest,
     Status,
     Store,
     TextBlock,
@@ -67,20 +69,17 @@ async def _dispatch(store: Store, lead: str, call: str, keys: list[str]) -> list
         ),
         usage=_used(1000),
     )
-    spawned = await store.spawn_workers(
-        lead_id=lead,
-        tool_use_id=call,
-        workers=[
-            {
-                "task_index": i,
-                "task_key": k,
-                "title": f"Task {k}",
-                "task": {"id": k, "title": f"Task {k}", "prompt": f"do {k}"},
-                "messages": [NewMessage.user(f"Task {k}: do {k}")],
-            }
-            for i, k in enumerate(keys)
-        ],
-    )
+    workers = [
+        NewWorker(
+            i,
+            k,
+            title=f"Task {k}",
+            task={"id": k, "title": f"Task {k}", "prompt": f"do {k}"},
+            messages=(NewMessage.user(f"Task {k}: do {k}"),),
+        )
+        for i, k in enumerate(keys)
+    ]
+    spawned = await store.dispatches.spawn(SpawnRequest(lead, call, tuple(workers)))
     return [info for info, _ in spawned]
 
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .job import JobRuntime, ModelFactory, ModelKey, model_key, run_workspace
     from .ledger import Ledger, check_lead_context, handoff_ledger, job_ledger
     from .pages import DEFAULT_MAX_CHARS, Mode, Page, read_page
-    from .threads import create_lead, job_of
+    from .threads import create_lead, fork_point, job_of
 
 _WHERE = {
     "DEFAULT_MAX_CHARS": ".pages",
@@ -28,6 +28,7 @@ _WHERE = {
     "Page": ".pages",
     "check_lead_context": ".ledger",
     "create_lead": ".threads",
+    "fork_point": ".threads",
     "handoff_ledger": ".ledger",
     "job_ledger": ".ledger",
     "job_of": ".threads",
@@ -46,6 +47,7 @@ __all__ = [
     "Page",
     "check_lead_context",
     "create_lead",
+    "fork_point",
     "handoff_ledger",
     "job_ledger",
     "job_of",

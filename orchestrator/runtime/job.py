@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,10 +61,11 @@ from ..errors import LedgerTooLarge, WorktreeError
 from ..isolation import Isolation, WorkerTree
 from ..isolation.worktrees import DB_FILES
 from ..jobs import JobSpec, TaskInput, check_tasks
+from ..outcomes import AskOutcome
 from . import threads
 from .check import check_result
 from .executors import Executor, executor_for
-from .lead_tools import ReadThreadTool, lead_tools, reader_tools
+from .lead_tools import ReadThreadTool, check_citations, lead_tools, reader_tools
 from .ledger import handoff_ledger
 
 log = structlog.get_logger("threadloom.runtime")
@@ -492,49 +493,79 @@ class JobRuntime:
             exception=exception,
         )
 
-    # ------------------------------------------------------------------ creating threads
+    # ------------------------------------------------------------------ the job's operations
+    # One implementation each, for the lead's tools and for every door (``session``): what
+    # differs is a parameter — the dispatch's key, and whether the caller awaits the run it
+    # gets back (the lead does: its workers stop with it) or starts it on its own.
 
-    async def spawn_workers(
-        self, *, tool_use_id: str, tasks: Sequence[TaskInput]
-    ) -> list[tuple[ThreadInfo, bool]]:
-        """One worker thread per task (``threads.spawn_workers``), counted in ``spawned``.
-        Each task's model is built first: one that cannot be (a bad spec, a missing key, a
-        model the caller may not have) refuses the dispatch with nothing stored, rather than
-        leave a worker queued that no run can start."""
+    async def dispatch(
+        self, tasks: Sequence[TaskInput], *, key: str
+    ) -> list[tuple[ThreadInfo, Coroutine[Any, Any, RunOutcome]]]:
+        """One worker per task under the current lead, keyed by ``key`` (the lead's tool-use
+        id: a replayed lead turn finds the workers it started), each with the run that ends it
+        — a worker a replay finds ended is not run again: its run gives its stored end. Each
+        task's model is built first: one that cannot be (a bad spec, a missing key, a model the
+        caller may not have) refuses the dispatch with nothing stored, rather than leave a
+        worker queued that no run can start. New workers are counted in ``spawned``."""
         check_tasks(tasks)  # ids unique in the dispatch (in the job: ``threads``)
         for t in tasks:
             self.model(self.job.worker_spec(t.model), worker=True)
-        out = await threads.spawn_workers(
+        request = await threads.spawn_request(
             self.store,
             self.job,
             job_id=self.lead_id,
             lead_id=self.current_lead,
             isolation=await self.isolation(),
-            tool_use_id=tool_use_id,
+            tool_use_id=key,
             tasks=tasks,
         )
-        for info, created in out:
+        out = []
+        for info, created in await self.store.dispatches.spawn(request):
             if created:
                 self.spawned.append(info.id)
                 self.tasks[info.id] = (info.task or {}).get("id")
+            ended = info.status in (Status.DONE, Status.FAILED, Status.CANCELLED) and info.result
+            run = self.stored_outcome(info, info.error) if ended else self.run_worker(info)
+            out.append((info, run))
         return out
 
-    async def create_reader(
-        self,
-        target: ThreadInfo,
-        question: str,
-        *,
-        model: str | None = None,
-        focus: str | None = None,
-    ) -> ThreadInfo:
-        return await threads.create_reader(
+    async def ask(
+        self, ref: str, question: str, *, model: str | None = None
+    ) -> tuple[ThreadInfo, Coroutine[Any, Any, AskOutcome]]:
+        """A reader thread under the current lead, with a fresh context, for ``ref`` (the
+        thread, or the range the ref names), on ``model`` (default: the workers'), which is
+        built before the reader is stored; and the run that answers ``question``, its
+        citations checked (the answer is empty when the reader did not end ``done``: its
+        status and error say how)."""
+        resolved = await self.store.resolve(ref)
+        spec = model or self.job.worker_spec()
+        self.model(spec, worker=True)
+        reader = await threads.create_reader(
             self.store,
             self.job,
             lead_id=self.current_lead,
-            target=target,
+            target=resolved.thread,
             question=question,
-            model=model,
-            focus=focus,
+            model=spec,
+            focus=resolved.ref if resolved.start else None,
+        )
+        return reader, self._answer(reader)
+
+    async def _answer(self, reader: ThreadInfo) -> AskOutcome:
+        outcome = await self.run(reader)
+        text, kept, dropped = "", list[str](), list[str]()
+        if outcome.status == Status.DONE:
+            text, kept, dropped = await check_citations(self.store, outcome.final_text)
+        return AskOutcome(
+            answer=text,
+            citations=kept,
+            unresolved=dropped,
+            reader=reader.ref,
+            job=format_ref(self.lead_id),
+            status=outcome.status,
+            usage=outcome.usage,
+            error=outcome.error,
+            exception=outcome.exception,
         )
 
 

@@ -14,7 +14,7 @@ import asyncio
 import functools
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any, ClassVar, Literal, Protocol, TypeVar, cast
 
 from pydantic import Field
@@ -27,7 +27,6 @@ from store import (
     Store,
     StoreError,
     ThreadInfo,
-    ThreadRef,
     format_ref,
 )
 from store.errors import RefError
@@ -47,6 +46,7 @@ from .pages import (
     split_offset,
 )
 from .prompts import lead_system_prompt
+from .threads import fork_point
 
 _CITATION = REF_IN_TEXT
 MAX_TASKS_PER_DISPATCH = 1000  # a job file may list many tasks; the lead gets them all at once
@@ -93,22 +93,13 @@ class Runtime(Protocol):
     @property
     def current_lead(self) -> str: ...
 
-    async def spawn_workers(
-        self, *, tool_use_id: str, tasks: Sequence[TaskInput]
-    ) -> list[tuple[ThreadInfo, bool]]: ...
+    async def dispatch(
+        self, tasks: Sequence[TaskInput], *, key: str
+    ) -> list[tuple[ThreadInfo, Coroutine[Any, Any, RunOutcome]]]: ...
 
-    async def create_reader(
-        self,
-        target: ThreadInfo,
-        question: str,
-        *,
-        model: str | None = None,
-        focus: str | None = None,
-    ) -> ThreadInfo: ...
-
-    async def run(
-        self, info: ThreadInfo, *, model_spec: str | None = None, message: str | None = None
-    ) -> RunOutcome: ...
+    async def ask(
+        self, ref: str, question: str, *, model: str | None = None
+    ) -> tuple[ThreadInfo, Coroutine[Any, Any, AskOutcome]]: ...
 
     async def run_worker(
         self,
@@ -144,23 +135,15 @@ class DispatchTool(JobTool[DispatchInput]):
     replay_safe: ClassVar[bool] = True  # dispatch rows make a replay reuse its workers
 
     async def run(self, args: DispatchInput, ctx: ToolContext) -> ToolOutput:
-        try:
-            spawned = await self.rt.spawn_workers(tool_use_id=ctx.tool_use_id, tasks=args.tasks)
+        try:  # keyed by this call: a replayed lead turn reuses its workers
+            work = await self.rt.dispatch(args.tasks, key=ctx.tool_use_id)
         except (ValueError, ScriptError) as err:  # a task refused, a model that cannot be built
             raise ToolFailure(str(err)) from None
-        results: list[dict[str, Any] | None] = [None] * len(spawned)
-
-        async def one(i: int, info: ThreadInfo) -> None:
-            if info.status in (Status.DONE, Status.FAILED, Status.CANCELLED) and info.result:
-                results[i] = result_payload(info)  # finished before a replay: reused, not rerun
-                return
-            # the outcome carries the status, result and error as stored: no read back
-            results[i] = result_payload(info, await self.rt.run_worker(info))
-
-        async with asyncio.TaskGroup() as tg:
-            for i, (info, _created) in enumerate(spawned):
-                tg.create_task(one(i, info))
-        return ToolOutput("\n".join(json.dumps(r, ensure_ascii=False) for r in results))
+        async with asyncio.TaskGroup() as tg:  # run inside the lead's turn: they stop with it
+            runs = [tg.create_task(run) for _, run in work]
+        # the outcome carries the status, result and error as stored: no read back
+        lines = (result_payload(info, r.result()) for (info, _), r in zip(work, runs, strict=True))
+        return ToolOutput("\n".join(json.dumps(p, ensure_ascii=False) for p in lines))
 
 
 class ReadThreadInput(ToolInput):
@@ -225,10 +208,10 @@ class AskThreadTool(JobTool[AskThreadInput]):
 
     async def run(self, args: AskThreadInput, ctx: ToolContext) -> ToolOutput:
         try:
-            target = (await self.rt.store.resolve(args.ref)).thread
+            _reader, answer = await self.rt.ask(args.ref, args.question)
         except RefError as err:
             raise ToolFailure(str(err)) from None
-        got = await ask(self.rt, await self.rt.create_reader(target, args.question))
+        got = await answer
         if got.status != Status.DONE:
             raise ToolFailure(
                 f"the reader {got.reader} ended {got.status}: {got.error or 'no answer'}"
@@ -242,27 +225,6 @@ class AskThreadTool(JobTool[AskThreadInput]):
                 + ", ".join(got.unresolved)
             )
         return ToolOutput("\n".join(lines))
-
-
-async def ask(rt: Runtime, reader: ThreadInfo) -> AskOutcome:
-    """Run a reader (``Runtime.create_reader``) and check its answer's citations: the one
-    implementation of the lead's ``ask_thread`` and every door's ``ask`` (``session``). The
-    answer is empty when the reader did not end ``done`` (its status and error say how)."""
-    outcome = await rt.run(reader)
-    text, kept, dropped = "", list[str](), list[str]()
-    if outcome.status == Status.DONE:
-        text, kept, dropped = await check_citations(rt.store, outcome.final_text)
-    return AskOutcome(
-        answer=text,
-        citations=kept,
-        unresolved=dropped,
-        reader=reader.ref,
-        job=format_ref(rt.lead_id),
-        status=outcome.status,
-        usage=outcome.usage,
-        error=outcome.error,
-        exception=outcome.exception,
-    )
 
 
 NOT_FOUND_MARK = " [not found]"
@@ -352,10 +314,10 @@ class ForkThreadTool(JobTool[ForkInput]):
     Input = ForkInput
 
     async def run(self, args: ForkInput, ctx: ToolContext) -> ToolOutput:
-        src = await _job_worker(self.rt, args.ref)
-        ref = ThreadRef.parse(args.ref)
-        at = args.at if args.at is not None else (ref.end if ref.has_anchor else None)
         try:
+            src, at = await fork_point(self.rt.store, args.ref, args.at)
+            _of_job(self.rt, src)
+            # under the lead running now, queued: it runs in the lead's turn, stops with it
             fork = await self.rt.store.fork(
                 src.id, at=at, parent_id=self.rt.current_lead, status=Status.QUEUED
             )
@@ -405,9 +367,12 @@ class MergeTool(JobTool[MergeInput]):
 
 async def _job_worker(rt: Runtime, ref: str) -> ThreadInfo:
     try:
-        info = (await rt.store.resolve(ref)).thread
+        return _of_job(rt, (await rt.store.resolve(ref)).thread)
     except RefError as err:
         raise ToolFailure(str(err)) from None
+
+
+def _of_job(rt: Runtime, info: ThreadInfo) -> ThreadInfo:
     if info.job_id != rt.lead_id or info.kind != Kind.WORKER:
         raise ToolFailure(f"{info.ref} is not a worker of this job")
     return info

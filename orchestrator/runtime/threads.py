@@ -14,10 +14,13 @@ from store import (
     Kind,
     Message,
     NewMessage,
+    NewWorker,
+    SpawnRequest,
     Status,
     Store,
     TextBlock,
     ThreadInfo,
+    ThreadRef,
     ToolResultBlock,
     ToolUseBlock,
     format_ref,
@@ -88,7 +91,7 @@ def worker_prompt(
     )
 
 
-async def spawn_workers(
+async def spawn_request(
     store: Store,
     job: JobSpec,
     *,
@@ -97,9 +100,10 @@ async def spawn_workers(
     isolation: Isolation | None,
     tool_use_id: str,
     tasks: Sequence[TaskInput],
-) -> list[tuple[ThreadInfo, bool]]:
-    """One worker thread per task (idempotent per lead tool_use id and task index): (thread,
-    created now). ``isolation``: the job's worktree isolation, which places each worker.
+) -> SpawnRequest:
+    """One worker per task under ``lead_id``, keyed by ``tool_use_id`` and the task's index
+    (``Dispatches.spawn`` stores it once: a replay finds its rows). ``isolation``: the job's
+    worktree isolation, which places each worker.
 
     A task id names its worker in the job (the dispatch row, the branch, ``{{ref:ID}}``): an
     id another dispatch of the job used is refused (``DispatchError``, nothing stored), and a
@@ -126,46 +130,42 @@ async def spawn_workers(
             n += 1
         taken.add(key)
         keys.append(key)
-    spawns = []
-    iso = isolation
+    workers = []
     for i, t in enumerate(tasks):
         task_id = keys[i]
         tools = list(t.tools or job.worker.tools)
         spec = job.worker_spec(t.model)
         parse_model_spec(spec)
         tid = new_id()
-        ref = format_ref(tid)
         workspace = job.workspace_path
         placement: dict[str, Any] = {"workspace": str(workspace)}
-        if iso is not None:
-            tree = await iso.for_new_worker(tid, task_id)
+        if isolation is not None:
+            tree = await isolation.for_new_worker(tid, task_id)
             workspace = tree.workspace
             placement = tree.task_fields()
-        spawns.append(
-            dict(
-                task_index=i,
-                task_key=task_id,
-                thread_id=tid,
-                kind=Kind.WORKER,
-                title=t.title,
-                task={
-                    "id": task_id,
-                    "title": t.title,
-                    "prompt": t.prompt,
-                    **placement,
-                    "max_turns": job.worker.max_turns,
-                    "timeout_s": job.worker.timeout_s,
-                },
-                system_prompt=worker_prompt(
-                    job, thread_ref=ref, workspace=workspace, tools=tools, spec=spec
-                ),
-                tools=[*tools, SUBMIT_RESULT],
-                model=spec,
-                messages=[NewMessage.user(task_message(task_id, t.title, t.prompt))],
-            )
+        prompt = worker_prompt(
+            job, thread_ref=format_ref(tid), workspace=workspace, tools=tools, spec=spec
         )
-    # one transaction for the whole dispatch (a replayed one finds its rows and reuses them)
-    return await store.spawn_workers(lead_id=lead_id, tool_use_id=tool_use_id, workers=spawns)
+        task = {"id": task_id, "title": t.title, "prompt": t.prompt, **placement}
+        task |= {"max_turns": job.worker.max_turns, "timeout_s": job.worker.timeout_s}
+        first = NewMessage.user(task_message(task_id, t.title, t.prompt))
+        workers.append(
+            NewWorker(
+                index=i, key=task_id, title=t.title, task=task, system_prompt=prompt,
+                tools=(*tools, SUBMIT_RESULT), model=spec, messages=(first,), id=tid,
+            )
+        )  # fmt: skip
+    return SpawnRequest(lead_id, tool_use_id, tuple(workers))
+
+
+async def fork_point(store: Store, ref: str, at: int | None) -> tuple[ThreadInfo, int | None]:
+    """The thread ``ref`` names and where a fork of it branches (every fork: the lead's
+    ``fork_thread``, every door's): after message ``at``, else after the ref's anchor
+    (``T-…#5``, ``T-…#3-5``: after 5), else at its end (None). A point past the end is the
+    store's to refuse when it forks (``ForkPointError``)."""
+    parsed = ThreadRef.parse(ref)
+    source = (await store.resolve(parsed.thread)).thread
+    return source, at if at is not None else parsed.end if parsed.has_anchor else None
 
 
 async def create_reader(

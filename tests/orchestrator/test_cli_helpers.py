@@ -27,6 +27,8 @@ from store import (
     Change,
     Finding,
     NewMessage,
+    NewWorker,
+    SpawnRequest,
     Status,
     Store,
     TextBlock,
@@ -103,14 +105,9 @@ async def build_sample(path: Path) -> Sample:
                 cost_usd=0.02,
             ),
         )
-        worker, _ = await store.dispatches.spawn(
-            lead_id=lead.id,
-            tool_use_id="d1",
-            task_index=0,
-            task_key="tok",
-            title="Fix the tokenizer",
-            messages=[NewMessage.user("tests/test_tokenizer.py fails")],
-        )
+        first = NewMessage.user("tests/test_tokenizer.py fails")
+        work = NewWorker(0, "tok", title="Fix the tokenizer", messages=(first,))
+        [(worker, _)] = await store.dispatches.spawn(SpawnRequest(lead.id, "d1", (work,)))
         await store.append(
             worker.id,
             [

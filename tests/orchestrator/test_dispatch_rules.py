@@ -1,5 +1,5 @@
-"""What every dispatch is held to, the lead's own included (``runtime.threads.spawn_workers``,
-``JobRuntime.spawn_workers``): a task id names one worker in its job, so an id an earlier
+"""What every dispatch is held to, the lead's own included (``JobRuntime.dispatch``,
+``runtime.threads.spawn_request``): a task id names one worker in its job, so an id an earlier
 dispatch used is refused; a task without one gets the next ``task-N`` the job has not used; and
 a task whose model cannot be built is refused before any worker is stored — never a worker left
 queued that no run can start."""

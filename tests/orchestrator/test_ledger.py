@@ -34,7 +34,9 @@ from store import (
     Kind,
     Lease,
     NewMessage,
+    NewWorker,
     Result,
+    SpawnRequest,
     Status,
     Store,
     TextBlock,
@@ -86,19 +88,18 @@ def _result(i: int, questions: Sequence[str] = ()) -> Result:
 
 
 async def _dispatch(store: Store, lead_id: str, keys: Sequence[str]) -> list[ThreadInfo]:
-    spawned = await store.spawn_workers(
-        lead_id=lead_id,
-        tool_use_id=f"toolu_{new_id()}",
-        workers=[
-            {
-                "task_index": i,
-                "task_key": key,
-                "title": f"Fix {key} in module {key}",
-                "task": {"id": key, "title": f"Fix {key} in module {key}", "prompt": "fix it"},
-                "messages": [NewMessage.user(f"Task {key}")],
-            }
-            for i, key in enumerate(keys)
-        ],
+    workers = [
+        NewWorker(
+            i,
+            key,
+            title=f"Fix {key} in module {key}",
+            task={"id": key, "title": f"Fix {key} in module {key}", "prompt": "fix it"},
+            messages=(NewMessage.user(f"Task {key}"),),
+        )
+        for i, key in enumerate(keys)
+    ]
+    spawned = await store.dispatches.spawn(
+        SpawnRequest(lead_id, f"toolu_{new_id()}", tuple(workers))
     )
     return [w for w, _ in spawned]
 

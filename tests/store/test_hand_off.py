@@ -8,7 +8,24 @@ import asyncio
 
 import pytest
 
-from store import Kind, Lease, LeaseLost, NewMessage, Result, Status, Store, new_id
+from store import (
+    Kind,
+    Lease,
+    LeaseLost,
+    NewMessage,
+    NewWorker,
+    Result,
+    SpawnRequest,
+    Status,
+    Store,
+    new_id,
+)
+
+
+def fix_dispatch(lead_id: str) -> SpawnRequest:
+    """The lead's call ``toolu_1`` dispatching the one task ``fix``."""
+    fix = NewWorker(0, "fix", messages=(NewMessage.user("Task fix"),))
+    return SpawnRequest(lead_id, "toolu_1", (fix,))
 
 
 async def _running(store: Store, owner: str = "A") -> tuple[str, Lease]:
@@ -82,11 +99,7 @@ async def test_a_runner_that_lost_its_lease_hands_nothing_off(store: Store) -> N
 
 async def test_a_worker_handoff_moves_its_dispatch_row(store: Store) -> None:
     lead = await store.create_thread(kind=Kind.LEAD, messages=[NewMessage.user("goal")])
-    [(worker, _)] = await store.spawn_workers(
-        lead_id=lead.id,
-        tool_use_id="toolu_1",
-        workers=[{"task_index": 0, "task_key": "fix", "messages": [NewMessage.user("Task fix")]}],
-    )
+    [(worker, _)] = await store.dispatches.spawn(fix_dispatch(lead.id))
     await store.leases.acquire(worker.id, "W", ttl_s=60, start=Status.RUNNING)
     succ = await store.hand_off(
         Lease(worker.id, "W"),
@@ -98,9 +111,5 @@ async def test_a_worker_handoff_moves_its_dispatch_row(store: Store) -> None:
     [row] = await store.dispatches.of_job(lead.id)
     assert (row.task_key, row.worker_id) == ("fix", succ.id)
     # a replay of the dispatch finds the task's newest worker
-    [(again, created)] = await store.spawn_workers(
-        lead_id=lead.id,
-        tool_use_id="toolu_1",
-        workers=[{"task_index": 0, "task_key": "fix", "messages": [NewMessage.user("Task fix")]}],
-    )
+    [(again, created)] = await store.dispatches.spawn(fix_dispatch(lead.id))
     assert (again.id, created) == (succ.id, False)

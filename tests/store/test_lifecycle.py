@@ -10,7 +10,9 @@ from store import (
     TERMINAL_STATUSES,
     Kind,
     LeaseHeld,
+    NewWorker,
     Result,
+    SpawnRequest,
     Status,
     StatusError,
     Store,
@@ -205,9 +207,7 @@ async def test_usage_rows_sum_per_thread_and_per_job(store: Store) -> None:
     await store.append(
         lead.id, calls("d1"), usage=UsageRecord(model="m", usage=_u(100, 10, 50, 5), cost_usd=0.5)
     )
-    worker, _ = await store.dispatches.spawn(
-        lead_id=lead.id, tool_use_id="d1", task_index=0, task_key="a"
-    )
+    [(worker, _)] = await store.dispatches.spawn(SpawnRequest(lead.id, "d1", (NewWorker(0, "a"),)))
     await store.append(worker.id, user("task"))
     await store.append(
         worker.id, assistant("done"), usage=UsageRecord(model="w", usage=_u(7, 3), cost_usd=0.25)
@@ -301,23 +301,16 @@ async def test_a_lease_on_a_missing_thread_is_thread_not_found(store: Store) -> 
 
 async def test_spawning_the_same_dispatch_twice_returns_the_same_worker(store: Store) -> None:
     lead = await store.create_thread(kind="lead", messages=[user("plan")])
-    w, created = await store.dispatches.spawn(
-        lead_id=lead.id,
-        tool_use_id="toolu_1",
-        task_index=0,
-        task_key="tok",
-        title="tokenizer",
-        task={"id": "tok"},
-        messages=[user("fix the tokenizer")],
+    first = NewWorker(
+        0, "tok", title="tokenizer", task={"id": "tok"}, messages=(user("fix the tokenizer"),)
     )
-    again, created_again = await store.dispatches.spawn(
-        lead_id=lead.id, tool_use_id="toolu_1", task_index=0, task_key="tok", title="other"
+    [(w, created)] = await store.dispatches.spawn(SpawnRequest(lead.id, "toolu_1", (first,)))
+    replay = (NewWorker(0, "tok", title="other"), NewWorker(1, "parse"))
+    [(again, created_again), (other, created_other)] = await store.dispatches.spawn(
+        SpawnRequest(lead.id, "toolu_1", replay)
     )
     assert created and not created_again
     assert again.id == w.id and again.title == "tokenizer"
-    other, created_other = await store.dispatches.spawn(
-        lead_id=lead.id, tool_use_id="toolu_1", task_index=1, task_key="parse"
-    )
     assert created_other and other.id != w.id
     assert (w.kind, w.status, w.parent_id, w.job_id, w.head_seq) == (
         Kind.WORKER,
@@ -341,14 +334,10 @@ async def test_spawning_the_same_dispatch_twice_returns_the_same_worker(store: S
 
 async def test_concurrent_spawns_of_one_dispatch_create_one_worker(store: Store) -> None:
     lead = await store.create_thread(kind="lead", messages=[user("plan")])
-    outs = await asyncio.gather(
-        *(
-            store.dispatches.spawn(
-                lead_id=lead.id, tool_use_id="toolu_9", task_index=0, task_key=None
-            )
-            for _ in range(5)
-        )
-    )
+    # five callers, each with a worker of its own id, for the one task of one call
+    requests = [SpawnRequest(lead.id, "toolu_9", (NewWorker(0),)) for _ in range(5)]
+    spawns = await asyncio.gather(*(store.dispatches.spawn(r) for r in requests))
+    outs = [out for [out] in spawns]
     assert len({w.id for w, _ in outs}) == 1
     assert sum(created for _, created in outs) == 1
     assert len(await store.children(lead.id)) == 1
@@ -356,4 +345,4 @@ async def test_concurrent_spawns_of_one_dispatch_create_one_worker(store: Store)
 
 async def test_spawning_from_a_missing_lead_is_thread_not_found(store: Store) -> None:
     with pytest.raises(ThreadNotFound):
-        await store.dispatches.spawn(lead_id="0" * 26, tool_use_id="t", task_index=0, task_key=None)
+        await store.dispatches.spawn(SpawnRequest("0" * 26, "t", (NewWorker(0),)))

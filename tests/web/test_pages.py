@@ -11,7 +11,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from orchestrator.web import create_app
-from store import NewMessage, Store, ToolResultBlock, ToolUseBlock
+from store import NewMessage, NewWorker, SpawnRequest, Store, ToolResultBlock, ToolUseBlock
 from tests.orchestrator.test_cli_helpers import run_cli
 from tests.realsessions import CLAUDE
 
@@ -73,11 +73,8 @@ async def test_a_dispatch_call_links_each_worker_it_spawned(tmp_path: Path) -> N
         lead = await store.create_thread(kind="lead", messages=[NewMessage.user("go")])
         call = ToolUseBlock(id="d1", name="dispatch", input={"tasks": [{"title": "a"}, {}]})
         await store.append(lead.id, NewMessage(role="assistant", content=[call]))
-        spawned = await store.dispatches.spawn_all(
-            lead_id=lead.id,
-            tool_use_id="d1",
-            workers=[{"task_index": i, "task_key": f"t{i}", "title": f"task {i}"} for i in (0, 1)],
-        )
+        workers = tuple(NewWorker(i, f"t{i}", title=f"task {i}") for i in (0, 1))
+        spawned = await store.dispatches.spawn(SpawnRequest(lead.id, "d1", workers))
         done = ToolResultBlock(tool_use_id="d1", content="dispatched")
         await store.append(lead.id, NewMessage(role="user", content=[done]))
     with TestClient(create_app(path)) as c:
