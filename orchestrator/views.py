@@ -73,7 +73,7 @@ None to keep the block as stored (its preview)."""
 
 
 def message_json(msg: Message, thread_id: str, *, whole: WholeText | None = None) -> dict[str, Any]:
-    # the blocks as stored (``store.content_json``), from whichever read path built them
+    # the blocks as stored, without the fields left None
     content = [b.model_dump(mode="json", exclude_none=True) for b in msg.content]
     if whole is not None:  # outputs stored apart, whole instead of their preview
         for block, dumped in zip(msg.content, content, strict=True):

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._dispatches import Dispatch, NewWorker, SpawnRequest
     from ._engine import Database, database_url, finish_uncancelled
+    from ._invariants import check_append
     from ._leases import Lease
     from ._ledger import UsageTotal
     from ._liveness import owner_is_dead
@@ -29,13 +30,6 @@ if TYPE_CHECKING:
     from ._secrets import env_var, secret_variables, take_secrets, taken_secrets
     from ._store import Store
     from ._tables import FTS_TABLE, metadata
-    from ._transcript import (
-        content_json,
-        dump_transcript,
-        parse_transcript,
-        transcript_line,
-        transcript_parts,
-    )
     from .errors import (
         AmbiguousRef,
         ConcurrencyError,
@@ -145,19 +139,17 @@ _WHERE = {
     "UsageTotal": "._ledger",
     "Verdict": ".models",
     "Verification": ".models",
+    "check_append": "._invariants",
     "configured_secrets": "._redact",
     "ValidationError": ".models",
     "validate_blocks": ".models",
-    "content_json": "._transcript",
     "database_url": "._engine",
-    "dump_transcript": "._transcript",
     "env_var": "._secrets",
     "finish_uncancelled": "._engine",
     "metadata": "._tables",
     "format_ref": ".refs",
     "new_id": ".refs",
     "owner_is_dead": "._liveness",
-    "parse_transcript": "._transcript",
     "redact": "._redact",
     "redact_data": "._redact",
     "redacted": "._redact",
@@ -167,8 +159,6 @@ _WHERE = {
     "REF_IN_TEXT": ".refs",
     "take_secrets": "._secrets",
     "taken_secrets": "._secrets",
-    "transcript_line": "._transcript",
-    "transcript_parts": "._transcript",
 }
 
 __all__ = [
@@ -232,17 +222,15 @@ __all__ = [
     "ValidationError",
     "Verdict",
     "Verification",
+    "check_append",
     "configured_secrets",
-    "content_json",
     "database_url",
-    "dump_transcript",
     "env_var",
     "finish_uncancelled",
     "format_ref",
     "metadata",
     "new_id",
     "owner_is_dead",
-    "parse_transcript",
     "redact",
     "redact_data",
     "redacted",
@@ -251,8 +239,6 @@ __all__ = [
     "shortest_refs",
     "take_secrets",
     "taken_secrets",
-    "transcript_line",
-    "transcript_parts",
     "validate_blocks",
 ]
 

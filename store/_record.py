@@ -191,9 +191,25 @@ DICT: Any = _Fresh(dict)
 _new = object.__new__
 
 
+class _Field:
+    """A field's declaration (``field``), replaced by its default when its class is made."""
+
+    __slots__ = ("check", "default")
+
+    def __init__(self, check: Check_, default: Any) -> None:
+        self.check = check
+        self.default = default
+
+
+def field(check: Check_, default: Any = REQUIRED) -> Any:
+    """``name: type = field(check, default)`` in a ``Model``'s body: the field, in its JSON's
+    order. ``default``: REQUIRED (none), a value, or LIST/DICT (a new empty one each time)."""
+    return _Field(check, default)
+
+
 class Model:
-    """A frozen record: its fields (``_spec``: name, check, default) in their JSON's order, its
-    values in its ``__dict__`` (a field left out there is the class's default)."""
+    """A frozen record: its fields (declared with ``field``) in their JSON's order, its values in
+    its ``__dict__`` (a field left out there reads the class's default)."""
 
     _spec: ClassVar[tuple[tuple[str, Check_, Any], ...]] = ()
     _names: ClassVar[frozenset[str]] = frozenset()
@@ -201,11 +217,15 @@ class Model:
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
+        own = [(k, v) for k, v in cls.__dict__.items() if isinstance(v, _Field)]
+        cls._spec = (*cls._spec, *((k, f.check, f.default) for k, f in own))
         cls._names = frozenset(name for name, _, _ in cls._spec)
         cls.field_names = tuple(name for name, _, _ in cls._spec)
-        for name, _, default in cls._spec:  # what a trusted build may leave out
-            if default is not REQUIRED and not isinstance(default, _Fresh):
-                setattr(cls, name, default)
+        for name, f in own:  # what a trusted build may leave out reads the class's default
+            if f.default is REQUIRED or isinstance(f.default, _Fresh):
+                delattr(cls, name)
+            else:
+                setattr(cls, name, f.default)
 
     def __init__(self, **values: Any) -> None:
         _SET_DICT(self, _validated(type(self), values, ()))

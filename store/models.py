@@ -2,8 +2,8 @@
 
 One family of plain classes, the only one: the store writes them, reads them back, and every
 package above passes them on. Content blocks follow the Anthropic Messages format, told apart by
-``type``. Each class declares its fields once (``_spec``: name, check, default, in the order
-its JSON is written), and is built one of two ways:
+``type``. Each class declares each field once (``name: type = field(check, default)``, in the
+order its JSON is written), and is built one of two ways:
 
 - **validated**, where data enters: ``Cls(**values)`` or ``Cls.model_validate(obj)`` check every
   field (unknown keys, missing ones, types, bounds) and raise ``ValidationError`` naming each
@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from . import _record as rec
-from ._record import DICT, LIST, REQUIRED, Check_, Loc, Model, ValidationError
+from ._record import DICT, LIST, Loc, Model, ValidationError, field
 from .refs import format_ref
 
 __all__ = [
@@ -66,33 +66,21 @@ CONTENT_FORMAT = 1
 
 
 class TextBlock(Model):
-    type: Literal["text"]
-    text: str
-    _spec = (("type", rec.one_of("text"), "text"), ("text", rec.text(), REQUIRED))
+    type: Literal["text"] = field(rec.one_of("text"), "text")
+    text: str = field(rec.text())
 
 
 class ThinkingBlock(Model):
-    type: Literal["thinking"]
-    thinking: str
-    signature: str | None
-    _spec = (
-        ("type", rec.one_of("thinking"), "thinking"),
-        ("thinking", rec.text(), REQUIRED),
-        ("signature", rec.optional(rec.text()), None),
-    )
+    type: Literal["thinking"] = field(rec.one_of("thinking"), "thinking")
+    thinking: str = field(rec.text())
+    signature: str | None = field(rec.optional(rec.text()), None)
 
 
 class ToolUseBlock(Model):
-    type: Literal["tool_use"]
-    id: str
-    name: str
-    input: dict[str, Any]
-    _spec = (
-        ("type", rec.one_of("tool_use"), "tool_use"),
-        ("id", rec.text(1), REQUIRED),
-        ("name", rec.text(1), REQUIRED),
-        ("input", rec.mapping, DICT),
-    )
+    type: Literal["tool_use"] = field(rec.one_of("tool_use"), "tool_use")
+    id: str = field(rec.text(1))
+    name: str = field(rec.text(1))
+    input: dict[str, Any] = field(rec.mapping, DICT)
 
 
 class StoredOutput(Model):
@@ -102,28 +90,18 @@ class StoredOutput(Model):
     UTF-8, SHA-256 ``sha256``), is stored apart in ``chunks`` rows of the ``outputs`` table, keyed
     by the message that owns the block. Only the store sets it; no model request carries it."""
 
-    chars: int
-    bytes: int
-    chunks: int
-    head: int
-    tail: int
-    sha256: str
-    _spec = (
-        ("chars", rec.count, REQUIRED),
-        ("bytes", rec.count, REQUIRED),
-        ("chunks", rec.count, REQUIRED),
-        ("head", rec.count, REQUIRED),
-        ("tail", rec.count, REQUIRED),
-        ("sha256", rec.text(), REQUIRED),
-    )
+    chars: int = field(rec.count)
+    bytes: int = field(rec.count)
+    chunks: int = field(rec.count)
+    head: int = field(rec.count)
+    tail: int = field(rec.count)
+    sha256: str = field(rec.text())
 
 
 class Change(Model):
-    path: str
-    action: Literal["added", "modified", "deleted"]
-    _spec = (
-        ("path", rec.text(1), REQUIRED),
-        ("action", rec.one_of("added", "modified", "deleted"), REQUIRED),
+    path: str = field(rec.text(1))
+    action: Literal["added", "modified", "deleted"] = field(
+        rec.one_of("added", "modified", "deleted")
     )
 
 
@@ -142,16 +120,10 @@ class Effects(Model):
     in the same workspace meanwhile (a parallel call of the turn, or another worker sharing the
     directory), so ``changed`` may hold its changes too."""
 
-    exit_code: int | None
-    changed: list[Change]
-    complete: bool
-    concurrent: bool
-    _spec = (
-        ("exit_code", rec.optional(rec.integer), None),
-        ("changed", rec.list_of(rec.model(Change)), LIST),
-        ("complete", rec.flag, True),
-        ("concurrent", rec.flag, False),
-    )
+    exit_code: int | None = field(rec.optional(rec.integer), None)
+    changed: list[Change] = field(rec.list_of(rec.model(Change)), LIST)
+    complete: bool = field(rec.flag, True)
+    concurrent: bool = field(rec.flag, False)
 
 
 def _result_content(v: Any, loc: Loc) -> str | list[TextBlock]:
@@ -161,23 +133,15 @@ def _result_content(v: Any, loc: Loc) -> str | list[TextBlock]:
 
 
 class ToolResultBlock(Model):
-    type: Literal["tool_result"]
-    tool_use_id: str
-    content: str | list[TextBlock]
-    is_error: bool
-    stored: StoredOutput | None
+    type: Literal["tool_result"] = field(rec.one_of("tool_result"), "tool_result")
+    tool_use_id: str = field(rec.text(1))
+    content: str | list[TextBlock] = field(_result_content, "")
+    is_error: bool = field(rec.flag, False)
+    stored: StoredOutput | None = field(rec.optional(rec.model(StoredOutput)), None)
     """None for an output kept inline (the usual case, and then absent from the stored JSON)."""
-    effects: Effects | None
+    effects: Effects | None = field(rec.optional(rec.model(Effects)), None)
     """What the call did to the workspace (``Effects``); None for a tool that records nothing
     (and then absent from the stored JSON). Never sent to a model."""
-    _spec = (
-        ("type", rec.one_of("tool_result"), "tool_result"),
-        ("tool_use_id", rec.text(1), REQUIRED),
-        ("content", _result_content, ""),
-        ("is_error", rec.flag, False),
-        ("stored", rec.optional(rec.model(StoredOutput)), None),
-        ("effects", rec.optional(rec.model(Effects)), None),
-    )
 
     @property
     def text(self) -> str:
@@ -236,12 +200,8 @@ def _content(v: Any, loc: Loc) -> list[ContentBlock]:
 class NewMessage(Model):
     """A message to append: the store numbers it."""
 
-    role: Role
-    content: list[ContentBlock]
-    _spec: ClassVar[tuple[tuple[str, Check_, Any], ...]] = (
-        ("role", rec.one_of("user", "assistant"), REQUIRED),
-        ("content", _content, REQUIRED),
-    )
+    role: Role = field(rec.one_of("user", "assistant"))
+    content: list[ContentBlock] = field(_content)
 
     @classmethod
     def user(cls, text: str) -> NewMessage:
@@ -266,15 +226,9 @@ class Message(NewMessage):
     """A stored message. ``thread_id`` is the thread that owns the row: for an inherited message
     of a fork it is the ancestor's id, while ``seq`` is the same in both."""
 
-    seq: int
-    thread_id: str
-    created_at: datetime
-    _spec = (
-        *NewMessage._spec,
-        ("seq", rec.integer, REQUIRED),
-        ("thread_id", rec.text(), REQUIRED),
-        ("created_at", rec.moment, REQUIRED),
-    )
+    seq: int = field(rec.integer)
+    thread_id: str = field(rec.text())
+    created_at: datetime = field(rec.moment)
 
 
 # ----------------------------------------------------------------- threads and results
@@ -305,16 +259,10 @@ class Kind(StrEnum):
 
 
 class Usage(Model):
-    input_tokens: int
-    output_tokens: int
-    cache_read_input_tokens: int
-    cache_creation_input_tokens: int
-    _spec = (
-        ("input_tokens", rec.integer, 0),
-        ("output_tokens", rec.integer, 0),
-        ("cache_read_input_tokens", rec.integer, 0),
-        ("cache_creation_input_tokens", rec.integer, 0),
-    )
+    input_tokens: int = field(rec.integer, 0)
+    output_tokens: int = field(rec.integer, 0)
+    cache_read_input_tokens: int = field(rec.integer, 0)
+    cache_creation_input_tokens: int = field(rec.integer, 0)
 
     def __add__(self, other: Usage) -> Usage:
         return Usage.trusted(
@@ -338,15 +286,13 @@ class Usage(Model):
 
 
 class Finding(Model):
-    claim: str
-    evidence: list[str]
-    _spec = (("claim", rec.text(1), REQUIRED), ("evidence", rec.strs, LIST))
+    claim: str = field(rec.text(1))
+    evidence: list[str] = field(rec.strs, LIST)
 
 
 class Verification(Model):
-    command: str
-    outcome: str
-    _spec = (("command", rec.text(1), REQUIRED), ("outcome", rec.text(), REQUIRED))
+    command: str = field(rec.text(1))
+    outcome: str = field(rec.text())
 
 
 Verdict = Literal["verified", "unverified", "contradicted"]
@@ -358,32 +304,22 @@ class ClaimCheck(Model):
     its list; None for ``status``), what was looked for and found (``reason``, one line), and
     the messages that decided it (``refs``)."""
 
-    kind: Literal["status", "finding", "verification", "change"]
-    index: int | None
-    verdict: Verdict
-    reason: str
-    refs: list[str]
-    _spec = (
-        ("kind", rec.one_of("status", "finding", "verification", "change"), REQUIRED),
-        ("index", rec.optional(rec.integer), None),
-        ("verdict", _VERDICT, REQUIRED),
-        ("reason", rec.text(), REQUIRED),
-        ("refs", rec.strs, LIST),
+    kind: Literal["status", "finding", "verification", "change"] = field(
+        rec.one_of("status", "finding", "verification", "change")
     )
+    index: int | None = field(rec.optional(rec.integer), None)
+    verdict: Verdict = field(_VERDICT)
+    reason: str = field(rec.text())
+    refs: list[str] = field(rec.strs, LIST)
 
 
 class Check(Model):
     """A result's check (SPEC "Checked results"): the worst verdict of its claims, each claim's,
     and ``rounds``: how many submissions were checked (2 after the one correction round)."""
 
-    verdict: Verdict
-    claims: list[ClaimCheck]
-    rounds: int
-    _spec = (
-        ("verdict", _VERDICT, REQUIRED),
-        ("claims", rec.list_of(rec.model(ClaimCheck)), LIST),
-        ("rounds", rec.integer, 1),
-    )
+    verdict: Verdict = field(_VERDICT)
+    claims: list[ClaimCheck] = field(rec.list_of(rec.model(ClaimCheck)), LIST)
+    rounds: int = field(rec.integer, 1)
 
 
 class Result(Model):
@@ -392,53 +328,36 @@ class Result(Model):
     ``check``: the result checked against the worker's own transcript before anyone read it (SPEC
     "Checked results"); None for a result stored before checks existed."""
 
-    status: Literal["done", "partial", "failed", "blocked"]
-    summary: str
-    findings: list[Finding]
-    changes: list[Change]
-    verification: list[Verification]
-    negative_results: list[str]
-    open_questions: list[str]
-    ref: str | None
-    task: str | None
-    turns: int | None
-    usage: Usage | None
-    duration_s: float | None
-    dropped_evidence: int
-    branch: str | None
-    diff_stat: str | None
-    check: Check | None
-    _spec = (
-        ("status", rec.one_of("done", "partial", "failed", "blocked"), REQUIRED),
-        ("summary", rec.text(0, 2000), REQUIRED),
-        ("findings", rec.list_of(rec.model(Finding)), LIST),
-        ("changes", rec.list_of(rec.model(Change)), LIST),
-        ("verification", rec.list_of(rec.model(Verification)), LIST),
-        ("negative_results", rec.strs, LIST),
-        ("open_questions", rec.strs, LIST),
-        ("ref", rec.optional(rec.text()), None),
-        ("task", rec.optional(rec.text()), None),
-        ("turns", rec.optional(rec.integer), None),
-        ("usage", rec.optional(rec.model(Usage)), None),
-        ("duration_s", rec.optional(rec.number), None),
-        ("dropped_evidence", rec.integer, 0),
-        ("branch", rec.optional(rec.text()), None),
-        ("diff_stat", rec.optional(rec.text()), None),
-        ("check", rec.optional(rec.model(Check)), None),
+    status: Literal["done", "partial", "failed", "blocked"] = field(
+        rec.one_of("done", "partial", "failed", "blocked")
     )
+    summary: str = field(rec.text(0, 2000))
+    findings: list[Finding] = field(rec.list_of(rec.model(Finding)), LIST)
+    changes: list[Change] = field(rec.list_of(rec.model(Change)), LIST)
+    verification: list[Verification] = field(rec.list_of(rec.model(Verification)), LIST)
+    negative_results: list[str] = field(rec.strs, LIST)
+    open_questions: list[str] = field(rec.strs, LIST)
+    ref: str | None = field(rec.optional(rec.text()), None)
+    task: str | None = field(rec.optional(rec.text()), None)
+    turns: int | None = field(rec.optional(rec.integer), None)
+    usage: Usage | None = field(rec.optional(rec.model(Usage)), None)
+    duration_s: float | None = field(rec.optional(rec.number), None)
+    dropped_evidence: int = field(rec.integer, 0)
+    branch: str | None = field(rec.optional(rec.text()), None)
+    diff_stat: str | None = field(rec.optional(rec.text()), None)
+    check: Check | None = field(rec.optional(rec.model(Check)), None)
 
 
 class ForkOrigin(Model):
-    thread_id: str
-    at: int
-    _spec = (("thread_id", rec.text(), REQUIRED), ("at", rec.integer, REQUIRED))
+    thread_id: str = field(rec.text())
+    at: int = field(rec.integer)
 
     @property
     def ref(self) -> str:
         return format_ref(self.thread_id)
 
 
-def _opt_text() -> Check_:
+def _opt_text() -> rec.Check_:
     return rec.optional(rec.text())
 
 
@@ -447,50 +366,27 @@ class ThreadInfo(Model):
     over from in a handoff (SPEC "Jobs larger than one context"); ``continued_by``: the thread
     that took over from this one (it ended ``done`` handing off), or None."""
 
-    id: str
-    kind: Kind
-    title: str
-    status: Status
-    parent_id: str | None
-    forked_from: ForkOrigin | None
-    job_id: str
-    task: dict[str, Any] | None
-    system_prompt: str | None
-    tools: list[str]
-    model: str | None
-    result: Result | None
-    error: str | None
-    version: int
-    head_seq: int
-    lease_owner: str | None
-    lease_expires_at: datetime | None
-    created_at: datetime
-    updated_at: datetime
-    continues: str | None
-    continued_by: str | None
-    _spec = (
-        ("id", rec.text(), REQUIRED),
-        ("kind", rec.enum(Kind), REQUIRED),
-        ("title", rec.text(), REQUIRED),
-        ("status", rec.enum(Status), REQUIRED),
-        ("parent_id", _opt_text(), REQUIRED),
-        ("forked_from", rec.optional(rec.model(ForkOrigin)), REQUIRED),
-        ("job_id", rec.text(), REQUIRED),
-        ("task", rec.optional(rec.mapping), REQUIRED),
-        ("system_prompt", _opt_text(), REQUIRED),
-        ("tools", rec.strs, REQUIRED),
-        ("model", _opt_text(), REQUIRED),
-        ("result", rec.optional(rec.model(Result)), REQUIRED),
-        ("error", _opt_text(), REQUIRED),
-        ("version", rec.integer, REQUIRED),
-        ("head_seq", rec.integer, REQUIRED),
-        ("lease_owner", _opt_text(), REQUIRED),
-        ("lease_expires_at", rec.optional(rec.moment), REQUIRED),
-        ("created_at", rec.moment, REQUIRED),
-        ("updated_at", rec.moment, REQUIRED),
-        ("continues", _opt_text(), None),
-        ("continued_by", _opt_text(), None),
-    )
+    id: str = field(rec.text())
+    kind: Kind = field(rec.enum(Kind))
+    title: str = field(rec.text())
+    status: Status = field(rec.enum(Status))
+    parent_id: str | None = field(_opt_text())
+    forked_from: ForkOrigin | None = field(rec.optional(rec.model(ForkOrigin)))
+    job_id: str = field(rec.text())
+    task: dict[str, Any] | None = field(rec.optional(rec.mapping))
+    system_prompt: str | None = field(_opt_text())
+    tools: list[str] = field(rec.strs)
+    model: str | None = field(_opt_text())
+    result: Result | None = field(rec.optional(rec.model(Result)))
+    error: str | None = field(_opt_text())
+    version: int = field(rec.integer)
+    head_seq: int = field(rec.integer)
+    lease_owner: str | None = field(_opt_text())
+    lease_expires_at: datetime | None = field(rec.optional(rec.moment))
+    created_at: datetime = field(rec.moment)
+    updated_at: datetime = field(rec.moment)
+    continues: str | None = field(_opt_text(), None)
+    continued_by: str | None = field(_opt_text(), None)
 
     @property
     def ref(self) -> str:
@@ -506,18 +402,11 @@ class SearchHit(Model):
     """One hit: ``snippet`` the text around the matches as written (on one line), ``marks``
     the ``[start, end)`` character offsets of each match in it."""
 
-    thread_id: str
-    seq: int
-    snippet: str
-    role: Role
-    marks: list[tuple[int, int]]
-    _spec = (
-        ("thread_id", rec.text(), REQUIRED),
-        ("seq", rec.integer, REQUIRED),
-        ("snippet", rec.text(), REQUIRED),
-        ("role", rec.one_of("user", "assistant"), REQUIRED),
-        ("marks", rec.list_of(rec.span), LIST),
-    )
+    thread_id: str = field(rec.text())
+    seq: int = field(rec.integer)
+    snippet: str = field(rec.text())
+    role: Role = field(rec.one_of("user", "assistant"))
+    marks: list[tuple[int, int]] = field(rec.list_of(rec.span), LIST)
 
     @property
     def ref(self) -> str:
@@ -527,11 +416,6 @@ class SearchHit(Model):
 class UsageRecord(Model):
     """What one model response cost, recorded with the assistant message it produced."""
 
-    model: str
-    usage: Usage
-    cost_usd: float
-    _spec = (
-        ("model", rec.text(), REQUIRED),
-        ("usage", rec.model(Usage), REQUIRED),
-        ("cost_usd", rec.number, 0.0),
-    )
+    model: str = field(rec.text())
+    usage: Usage = field(rec.model(Usage))
+    cost_usd: float = field(rec.number, 0.0)

@@ -233,8 +233,7 @@ def _text(written: list[Written], report: ImportReport, name: str) -> str:
 
 
 def _import_jsonl(ctx: click.Context, text: str, name: str, title: str | None) -> None:
-    from store import parse_transcript
-
+    from ..importers.jsonl import parse_transcript
     from ..logging import get_logger
 
     msgs = parse_transcript(text, source=name)

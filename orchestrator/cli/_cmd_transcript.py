@@ -180,7 +180,9 @@ async def _write_jsonl(
     """``dump_transcript(msgs)`` into ``out``, each output stored apart streamed whole;
     ``redact``: every string masked before it is JSON-encoded (a secret holding ``"`` or
     ``\\`` is found as it is), each output stored apart as one stream."""
-    from store import redact_data, transcript_parts
+    from store import redact_data
+
+    from ..importers.jsonl import transcript_parts
 
     for m in msgs:
         if redact:

@@ -5,7 +5,7 @@ file, or every session file below a directory — into threads: the main convers
 thread, each subagent a ``worker`` thread under the thread that spawned it, each abandoned branch
 (a rewind, an edit, rolled-back turns) and each Codex fork a fork by reference. Importing again
 adds only what is new (``_writer``). ``detect`` tells a file's format from its first lines; a
-threadloom transcript (``jsonl``) is the CLI's own strict import and is not read here.
+threadloom transcript is the CLI's own strict format, read and written by ``jsonl``.
 
 The parsers (``claude_code``, ``codex``) turn a file into ``Session`` values; ``_writer`` puts
 those in the store, a file's sessions at a time (``batches``), so an import's memory goes with

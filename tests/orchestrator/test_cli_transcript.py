@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.importers.jsonl import dump_transcript, parse_transcript
 from store import (
     ImportFormatError,
     Message,
@@ -15,8 +16,6 @@ from store import (
     Store,
     TextBlock,
     ToolUseBlock,
-    dump_transcript,
-    parse_transcript,
 )
 from tests.orchestrator.test_cli_helpers import (
     BIG_OUTPUT,

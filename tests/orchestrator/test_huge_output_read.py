@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.importers.jsonl import transcript_line
 from orchestrator.runtime.pages import read_page
 from store import (
     INLINE_LIMIT,
@@ -25,7 +26,6 @@ from store import (
     ToolResultBlock,
     ToolUseBlock,
     redact,
-    transcript_line,
 )
 from store._outputs import CHUNK_BYTES
 from tests import pg

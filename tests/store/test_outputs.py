@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.importers.jsonl import parse_transcript, transcript_line, transcript_parts
 from store import (
     INLINE_LIMIT,
     ImportFormatError,
@@ -21,9 +22,6 @@ from store import (
     StoredOutput,
     ToolResultBlock,
     ToolUseBlock,
-    parse_transcript,
-    transcript_line,
-    transcript_parts,
 )
 from store._outputs import CHUNK_BYTES, PREVIEW_HEAD, PREVIEW_TAIL
 from tests.store.helpers import raw_sql

@@ -26,9 +26,15 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ._invariants import check_append
-from .errors import ImportFormatError, InvariantError
-from .models import ContentBlock, NewMessage, ToolResultBlock, ValidationError, validate_blocks
+from store import (
+    ImportFormatError,
+    InvariantError,
+    NewMessage,
+    ToolResultBlock,
+    ValidationError,
+    check_append,
+    validate_blocks,
+)
 
 BLOCK_TYPES = ("text", "thinking", "tool_use", "tool_result")
 _MESSAGE_KEYS = frozenset({"role", "content"})
@@ -57,11 +63,9 @@ def parse_transcript(text: str | Iterable[str], *, source: str = "transcript") -
             obj = json.loads(line, parse_constant=_no_constant)
         except json.JSONDecodeError as err:
             raise bad(f"bad JSON: {err.msg} (column {err.colno})") from None
-        except _NotJSON as err:
-            raise bad(f"bad JSON: {err}") from None
         except RecursionError:
             raise bad("bad JSON: nested too deeply to parse") from None
-        except ValueError as err:  # e.g. an integer of more digits than Python converts
+        except ValueError as err:  # NaN or Infinity; an integer of more digits than Python reads
             raise bad(f"bad JSON: {err}") from None
         problem = _unstorable(obj)
         if problem:
@@ -79,12 +83,8 @@ MAX_DEPTH = 64
 """How deep a message's JSON may nest; content blocks need five levels."""
 
 
-class _NotJSON(ValueError):
-    pass
-
-
 def _no_constant(name: str) -> Any:
-    raise _NotJSON(f"{name} is not JSON (standard JSON has no NaN or Infinity)")
+    raise ValueError(f"{name} is not JSON (standard JSON has no NaN or Infinity)")
 
 
 def _unstorable(obj: Any) -> str | None:
@@ -114,7 +114,10 @@ def _unstorable(obj: Any) -> str | None:
 def transcript_line(message: NewMessage) -> str:
     """One message as one JSONL line (no newline): its content blocks exactly as stored."""
     return json.dumps(
-        {"role": message.role, "content": content_json(message.content)},
+        {
+            "role": message.role,
+            "content": [b.model_dump(mode="json", exclude_none=True) for b in message.content],
+        },
         ensure_ascii=False,
         separators=(",", ":"),
     )
@@ -149,11 +152,6 @@ def transcript_parts(message: NewMessage) -> list[str | ToolResultBlock]:
 def dump_transcript(messages: Iterable[NewMessage]) -> str:
     """The JSONL text of ``messages``, one line each, newline-terminated."""
     return "".join(f"{transcript_line(m)}\n" for m in messages)
-
-
-def content_json(content: Iterable[ContentBlock]) -> list[dict[str, Any]]:
-    """Content blocks as the JSON the store keeps (``None`` fields left out)."""
-    return [b.model_dump(mode="json", exclude_none=True) for b in content]
 
 
 # ----------------------------------------------------------------- validation
