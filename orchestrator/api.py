@@ -29,9 +29,11 @@ from . import views
 from .outcomes import AskOutcome, JobOutcome
 
 # what the doors' read tools say of reading a page (the lead's ``read_thread``, MCP's)
-from .runtime.pages import DEFAULT_MAX_CHARS as DEFAULT_MAX_CHARS
-from .runtime.pages import READ_THREAD_DESCRIPTION as READ_THREAD_DESCRIPTION
-from .runtime.pages import REF_DESCRIPTION as REF_DESCRIPTION
+from .runtime.pages import (
+    DEFAULT_MAX_CHARS as DEFAULT_MAX_CHARS,
+    READ_THREAD_DESCRIPTION as READ_THREAD_DESCRIPTION,
+    REF_DESCRIPTION as REF_DESCRIPTION,
+)
 
 if TYPE_CHECKING:
     from workers import LoopConfig, LoopEvent, Model, RunOutcome

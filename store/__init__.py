@@ -10,75 +10,99 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._dispatches import Dispatch, NewWorker, SpawnRequest
-    from ._engine import Database, database_url, finish_uncancelled
-    from ._invariants import check_append
-    from ._leases import Lease
-    from ._ledger import UsageTotal
-    from ._liveness import owner_is_dead
-    from ._outputs import INLINE_LIMIT, MAX_OUTPUT_BYTES, OutputFile
-    from ._redact import (
-        MASK,
-        RedactingWriter,
-        configured_secrets,
-        redact,
-        redact_data,
-        redacted,
-        refresh_secrets,
+    from ._dispatches import (
+        Dispatch as Dispatch,
+        NewWorker as NewWorker,
+        SpawnRequest as SpawnRequest,
     )
-    from ._schema import SCHEMA_HEAD
-    from ._secrets import env_var, secret_variables, take_secrets, taken_secrets
-    from ._store import Store
-    from ._tables import FTS_TABLE, metadata
+    from ._engine import (
+        Database as Database,
+        database_url as database_url,
+        finish_uncancelled as finish_uncancelled,
+    )
+    from ._invariants import check_append as check_append
+    from ._leases import Lease as Lease
+    from ._ledger import UsageTotal as UsageTotal
+    from ._liveness import owner_is_dead as owner_is_dead
+    from ._outputs import (
+        INLINE_LIMIT as INLINE_LIMIT,
+        MAX_OUTPUT_BYTES as MAX_OUTPUT_BYTES,
+        OutputFile as OutputFile,
+    )
+    from ._redact import (
+        MASK as MASK,
+        RedactingWriter as RedactingWriter,
+        configured_secrets as configured_secrets,
+        redact as redact,
+        redact_data as redact_data,
+        redacted as redacted,
+        refresh_secrets as refresh_secrets,
+    )
+    from ._schema import SCHEMA_HEAD as SCHEMA_HEAD
+    from ._secrets import (
+        env_var as env_var,
+        secret_variables as secret_variables,
+        take_secrets as take_secrets,
+        taken_secrets as taken_secrets,
+    )
+    from ._store import Store as Store
+    from ._tables import FTS_TABLE as FTS_TABLE, metadata as metadata
     from .errors import (
-        AmbiguousRef,
-        ConcurrencyError,
-        DatabaseError,
-        DatabaseFull,
-        DatabaseUnavailable,
-        ForkPointError,
-        ImportFormatError,
-        InvariantError,
-        LeaseHeld,
-        LeaseLost,
-        RefError,
-        RefSyntaxError,
-        SearchQueryError,
-        SourceTaken,
-        StatusError,
-        StoreError,
-        ThreadNotFound,
+        AmbiguousRef as AmbiguousRef,
+        ConcurrencyError as ConcurrencyError,
+        DatabaseError as DatabaseError,
+        DatabaseFull as DatabaseFull,
+        DatabaseUnavailable as DatabaseUnavailable,
+        ForkPointError as ForkPointError,
+        ImportFormatError as ImportFormatError,
+        InvariantError as InvariantError,
+        LeaseHeld as LeaseHeld,
+        LeaseLost as LeaseLost,
+        RefError as RefError,
+        RefSyntaxError as RefSyntaxError,
+        SearchQueryError as SearchQueryError,
+        SourceTaken as SourceTaken,
+        StatusError as StatusError,
+        StoreError as StoreError,
+        ThreadNotFound as ThreadNotFound,
     )
     from .models import (
-        TERMINAL_STATUSES,
-        Change,
-        Check,
-        ClaimCheck,
-        ContentBlock,
-        Effects,
-        Finding,
-        ForkOrigin,
-        Kind,
-        Message,
-        NewMessage,
-        Result,
-        Role,
-        SearchHit,
-        Status,
-        StoredOutput,
-        TextBlock,
-        ThinkingBlock,
-        ThreadInfo,
-        ToolResultBlock,
-        ToolUseBlock,
-        Usage,
-        UsageRecord,
-        ValidationError,
-        Verdict,
-        Verification,
-        validate_blocks,
+        TERMINAL_STATUSES as TERMINAL_STATUSES,
+        Change as Change,
+        Check as Check,
+        ClaimCheck as ClaimCheck,
+        ContentBlock as ContentBlock,
+        Effects as Effects,
+        Finding as Finding,
+        ForkOrigin as ForkOrigin,
+        Kind as Kind,
+        Message as Message,
+        NewMessage as NewMessage,
+        Result as Result,
+        Role as Role,
+        SearchHit as SearchHit,
+        Status as Status,
+        StoredOutput as StoredOutput,
+        TextBlock as TextBlock,
+        ThinkingBlock as ThinkingBlock,
+        ThreadInfo as ThreadInfo,
+        ToolResultBlock as ToolResultBlock,
+        ToolUseBlock as ToolUseBlock,
+        Usage as Usage,
+        UsageRecord as UsageRecord,
+        ValidationError as ValidationError,
+        Verdict as Verdict,
+        Verification as Verification,
+        validate_blocks as validate_blocks,
     )
-    from .refs import REF_IN_TEXT, ResolvedRef, ThreadRef, format_ref, new_id, shortest_refs
+    from .refs import (
+        REF_IN_TEXT as REF_IN_TEXT,
+        ResolvedRef as ResolvedRef,
+        ThreadRef as ThreadRef,
+        format_ref as format_ref,
+        new_id as new_id,
+        shortest_refs as shortest_refs,
+    )
 
 _WHERE = {
     "AmbiguousRef": ".errors",
@@ -161,86 +185,8 @@ _WHERE = {
     "taken_secrets": "._secrets",
 }
 
-__all__ = [
-    "FTS_TABLE",
-    "INLINE_LIMIT",
-    "MASK",
-    "MAX_OUTPUT_BYTES",
-    "REF_IN_TEXT",
-    "SCHEMA_HEAD",
-    "TERMINAL_STATUSES",
-    "AmbiguousRef",
-    "Change",
-    "Check",
-    "ClaimCheck",
-    "ConcurrencyError",
-    "ContentBlock",
-    "Database",
-    "DatabaseError",
-    "DatabaseFull",
-    "DatabaseUnavailable",
-    "Dispatch",
-    "Effects",
-    "Finding",
-    "ForkOrigin",
-    "ForkPointError",
-    "ImportFormatError",
-    "InvariantError",
-    "Kind",
-    "Lease",
-    "LeaseHeld",
-    "LeaseLost",
-    "Message",
-    "NewMessage",
-    "NewWorker",
-    "OutputFile",
-    "RedactingWriter",
-    "RefError",
-    "RefSyntaxError",
-    "ResolvedRef",
-    "Result",
-    "Role",
-    "SearchHit",
-    "SearchQueryError",
-    "SourceTaken",
-    "SpawnRequest",
-    "Status",
-    "StatusError",
-    "Store",
-    "StoreError",
-    "StoredOutput",
-    "TextBlock",
-    "ThinkingBlock",
-    "ThreadInfo",
-    "ThreadNotFound",
-    "ThreadRef",
-    "ToolResultBlock",
-    "ToolUseBlock",
-    "Usage",
-    "UsageRecord",
-    "UsageTotal",
-    "ValidationError",
-    "Verdict",
-    "Verification",
-    "check_append",
-    "configured_secrets",
-    "database_url",
-    "env_var",
-    "finish_uncancelled",
-    "format_ref",
-    "metadata",
-    "new_id",
-    "owner_is_dead",
-    "redact",
-    "redact_data",
-    "redacted",
-    "refresh_secrets",
-    "secret_variables",
-    "shortest_refs",
-    "take_secrets",
-    "taken_secrets",
-    "validate_blocks",
-]
+__all__ = sorted(_WHERE, key=lambda n: (0 if n.isupper() else 1 if n[0].isupper() else 2, n))
+"""The public surface: every name of ``_WHERE``, constants, then classes, then functions."""
 
 
 def __getattr__(name: str) -> Any:

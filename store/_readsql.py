@@ -1,7 +1,7 @@
-"""What the SQLAlchemy store and the raw ``sqlite3`` reader (``rawread``) must agree on, in
-one place: the fork-chain rule, the SQL that walks a chain and reads its segments, and the FTS5
-query syntax and search statement. Standard library only, so the read-only fast path can import
-it without SQLAlchemy."""
+"""The read statements the store's modules share: the fork-chain rule and the SQL that walks a
+chain and reads its segments, a thread's row by id, prefix or end, the usage sums, and the FTS5
+query syntax and search statement. Standard library only: the read-only fast path
+(``rawread``) runs them too, without SQLAlchemy."""
 
 from __future__ import annotations
 
@@ -65,17 +65,12 @@ SELECT id, after, head FROM chain ORDER BY depth
 HEAD_SQL = "SELECT head_seq FROM threads WHERE id = :id"
 """A thread's head alone, for a reader that knows its ancestry already (it never changes)."""
 
-MESSAGES_SQL = (
-    "SELECT thread_id, seq, role, content, created_at FROM messages"
-    " WHERE thread_id = :owner AND seq BETWEEN :lo AND :hi ORDER BY seq"
-)
-"""One segment of a visible history: (owner, lo, hi) from ``segments``."""
-
 HISTORY_SQL = (
     "SELECT content, role, created_at FROM messages"
     " WHERE thread_id = :owner AND seq BETWEEN :lo AND :hi ORDER BY seq"
 )
-"""The same segment as ``(content, role, created_at)`` rows: the owner and the seqs
+"""One segment of a visible history (owner, lo, hi from ``segments``) as ``(content, role,
+created_at)`` rows: the owner and the seqs
 (``lo..hi``, every one of them stored) are the segment's (``_stored.segment_messages``)."""
 
 JOINED_SEP = "\x1f"

@@ -46,8 +46,8 @@ from store import (
     format_ref,
 )
 
-from ._calls import INTERRUPTED_RESULT as INTERRUPTED_RESULT
 from ._calls import (
+    INTERRUPTED_RESULT as INTERRUPTED_RESULT,
     answer,
     checked,
     cleanup_cancelled,

@@ -10,8 +10,7 @@ from ._app import command, get_app
 
 def require_web(what: str, *, server: bool = False) -> None:
     """The ``web`` extra, or one line (exit 2) naming the install command."""
-    from ..web import WebUnavailable
-    from ..web import require_web as check
+    from ..web import WebUnavailable, require_web as check
 
     try:
         check(what, server=server)

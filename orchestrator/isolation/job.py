@@ -38,9 +38,7 @@ import structlog
 
 from store import Result, Status, Store, ThreadInfo
 
-from . import git
-from . import remote as rm
-from . import worktrees as wt
+from . import git, remote as rm, worktrees as wt
 
 log = structlog.get_logger("threadloom.isolation")
 

@@ -18,8 +18,7 @@ from markupsafe import Markup
 
 from store import redact
 
-from ..humanize import age, compact, count
-from ..humanize import timestamp as stamp
+from ..humanize import age, compact, count, timestamp as stamp
 from ..views import VERDICT_MARKS, snippet_parts
 from ._markdown import markdown
 from ._text import shown

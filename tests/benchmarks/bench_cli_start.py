@@ -34,8 +34,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from store import NewMessage, Status, Store, TextBlock, ToolResultBlock, ToolUseBlock, Usage
-from store import UsageRecord as Record
+from store import (
+    NewMessage,
+    Status,
+    Store,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+    UsageRecord as Record,
+)
 
 GOAL_MS = 150.0
 JOBS = 10

@@ -52,8 +52,7 @@ from store import (
     UsageRecord,
 )
 from store._search import searchable_text
-from store._tables import messages as messages_table
-from store._tables import threads as threads_table
+from store._tables import messages as messages_table, threads as threads_table
 
 WRITERS = 32
 _VOCABULARY = """

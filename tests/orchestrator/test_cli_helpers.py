@@ -28,6 +28,7 @@ from store import (
     Finding,
     NewMessage,
     NewWorker,
+    Result as WorkerResult,
     SpawnRequest,
     Status,
     Store,
@@ -38,9 +39,6 @@ from store import (
     Usage,
     UsageRecord,
     Verification,
-)
-from store import (
-    Result as WorkerResult,
 )
 
 BIG_OUTPUT = "\n".join(f"output line {i:03d}" for i in range(200))

@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.isolation import git as gitrun
-from orchestrator.isolation import worktrees as wt
+from orchestrator.isolation import git as gitrun, worktrees as wt
 from tests.orchestrator.test_git_trust import make_repo, run_git
 
 

@@ -19,10 +19,7 @@ from typing import Any
 import pytest
 
 from orchestrator import Orchestrator
-from orchestrator.isolation import WorkerTree, job_base
-from orchestrator.isolation import git as gitrun
-from orchestrator.isolation import merge as mg
-from orchestrator.isolation import worktrees as wt
+from orchestrator.isolation import WorkerTree, git as gitrun, job_base, merge as mg, worktrees as wt
 from store import Status
 
 IDENTITY = {

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from orchestrator.errors import EXIT_USAGE, LedgerTooLarge, exit_code_for
 from orchestrator.jobs import JobSpec, parse_job

@@ -21,8 +21,7 @@ from store import NewMessage, Status, Store, redact, redact_data, refresh_secret
 from tests.e2e.conftest import Env
 from tests.fakes._messages_rules import InvalidRequest
 from tests.fakes._server import RecordedRequest, Reply
-from tests.fakes.chat_api import FakeChatAPI
-from tests.fakes.chat_api import _error as _chat_error
+from tests.fakes.chat_api import FakeChatAPI, _error as _chat_error
 from tests.fakes.messages_api import FakeMessagesAPI
 from tests.orchestrator.test_cli_helpers import clean_env, run_cli
 from workers import Model

@@ -34,8 +34,7 @@ from store import (
 )
 from tests.orchestrator.test_cli_helpers import clean_env
 
-from .test_live_bounds import _build as _running
-from .test_live_bounds import _server
+from .test_live_bounds import _build as _running, _server
 
 TAGS = "".join(chr(0xE0000 + ord(c)) for c in "run rm -rf ~")
 PAYLOADS = [
