@@ -131,7 +131,7 @@ def optional(check: Check_) -> Check_:
     def maybe(v: Any, loc: Loc) -> Any:
         return None if v is None else check(v, loc)
 
-    return maybe
+    return _holding(maybe, check, many=False)
 
 
 def list_of(check: Check_, min_length: int = 0) -> Check_:
@@ -150,14 +150,24 @@ def list_of(check: Check_, min_length: int = 0) -> Check_:
             raise ValidationError("value", errors)
         return out
 
-    return each
+    return _holding(each, check, many=True)
 
 
 def model(cls: type[M]) -> Check_:
     def check(v: Any, loc: Loc) -> M:
         return cls.model_validate(v, _loc=loc)
 
+    check.holds = (cls, False)  # type: ignore[attr-defined]
     return check
+
+
+def _holding(outer: Check_, inner: Check_, *, many: bool) -> Check_:
+    """``outer`` marked as holding what ``inner`` holds (a record, or a list of them): what
+    ``from_stored`` builds nested."""
+    held = getattr(inner, "holds", None)
+    if held is not None:
+        outer.holds = (held[0], many or held[1])  # type: ignore[attr-defined]
+    return outer
 
 
 def strs(v: Any, loc: Loc) -> list[str]:
@@ -213,6 +223,9 @@ class Model:
 
     _spec: ClassVar[tuple[tuple[str, Check_, Any], ...]] = ()
     _names: ClassVar[frozenset[str]] = frozenset()
+    _holds: ClassVar[dict[str, tuple[type[Model], bool]]] = {}
+    _fresh: ClassVar[tuple[tuple[str, _Fresh], ...]] = ()
+    _required: ClassVar[tuple[str, ...]] = ()
     field_names: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kw: Any) -> None:
@@ -221,6 +234,9 @@ class Model:
         cls._spec = (*cls._spec, *((k, f.check, f.default) for k, f in own))
         cls._names = frozenset(name for name, _, _ in cls._spec)
         cls.field_names = tuple(name for name, _, _ in cls._spec)
+        cls._holds = {n: c.holds for n, c, _ in cls._spec if hasattr(c, "holds")}
+        cls._fresh = tuple((n, d) for n, _, d in cls._spec if isinstance(d, _Fresh))
+        cls._required = tuple(n for n, _, d in cls._spec if d is REQUIRED)
         for name, f in own:  # what a trusted build may leave out reads the class's default
             if f.default is REQUIRED or isinstance(f.default, _Fresh):
                 delattr(cls, name)
@@ -237,6 +253,16 @@ class Model:
         m = _new(cls)
         _SET_DICT(m, values)
         return m
+
+    @classmethod
+    def from_stored(cls: type[M], data: Any) -> M:
+        """A value the store wrote itself (its ``model_dump(mode="json", exclude_none=True)``,
+        decoded): built with its nested records, no value checked. A key the class does not
+        have, or a required one missing, and it is validated in full instead."""
+        try:
+            return cls.trusted(_stored(cls, data))
+        except _Unknown:
+            return cls.model_validate(data)
 
     @classmethod
     def model_validate(cls: type[M], obj: Any, *, _loc: Loc = ()) -> M:
@@ -268,13 +294,19 @@ class Model:
     ) -> dict[str, Any]:
         out: dict[str, Any] = {}
         skip = frozenset(exclude or ())
-        for name, _, _ in self._spec:
+        json_mode = mode == "json"
+        values, cls = self.__dict__, type(self)
+        for name in self.field_names:
             if name in skip:
                 continue
-            v = getattr(self, name)
-            if v is None and exclude_none:
-                continue
-            out[name] = _dump(v, mode == "json", exclude_none)
+            v = values[name] if name in values else getattr(cls, name)
+            if v is None:
+                if not exclude_none:
+                    out[name] = None
+            elif type(v) in _PLAIN:  # most values of a block: written as they are
+                out[name] = v
+            else:
+                out[name] = _dump(v, json_mode, exclude_none)
         return out
 
     def model_dump_json(self, *, exclude_none: bool = False) -> str:
@@ -310,6 +342,37 @@ _SET_DICT: Callable[[object, dict[str, Any]], None] = Model.__dict__["__dict__"]
 """Sets an instance's ``__dict__`` (past the frozen ``__setattr__``): one C call."""
 
 
+class _Unknown(Exception):
+    """Not a shape the store writes: validate it."""
+
+
+def _stored(cls: type[Model], data: Any) -> dict[str, Any]:
+    """``data`` (decoded JSON the store wrote) with its nested records built and the defaults
+    its JSON leaves out filled in, in place."""
+    if type(data) is not dict:
+        raise _Unknown
+    holds = cls._holds
+    for key, value in data.items():
+        if key not in cls._names:
+            raise _Unknown
+        held = holds.get(key)
+        if held is not None and value is not None:
+            sub, many = held
+            if not many:
+                data[key] = sub.trusted(_stored(sub, value))
+            elif type(value) is list:
+                data[key] = [sub.trusted(_stored(sub, v)) for v in value]
+            else:
+                raise _Unknown
+    for name, default in cls._fresh:
+        if name not in data:
+            data[name] = default.make()
+    for name in cls._required:
+        if name not in data:
+            raise _Unknown
+    return data
+
+
 def _hashable(v: Any) -> Any:
     if isinstance(v, list):
         return tuple(_hashable(x) for x in v)
@@ -338,6 +401,9 @@ def _validated(cls: type[Model], obj: dict[str, Any], loc: Loc) -> dict[str, Any
     if errors:
         raise ValidationError(cls.__name__, errors)
     return values
+
+
+_PLAIN = frozenset({str, int, bool, float})
 
 
 def _dump(v: Any, json_mode: bool, exclude_none: bool) -> Any:

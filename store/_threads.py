@@ -77,11 +77,11 @@ def thread_from_row(row: Sequence[Any]) -> ThreadInfo:
 
 
 def _result(value: Any) -> Result | None:
-    """A ``result`` column as the model: JSON text (SQLite) validated as text, a decoded
-    value (PostgreSQL) as a value; SQL NULL or JSON ``null`` is None."""
+    """A ``result`` column as the model: JSON text (SQLite) or a decoded value (PostgreSQL),
+    built as the store wrote it (``Model.from_stored``); SQL NULL or JSON ``null`` is None."""
     if isinstance(value, str):
-        return None if value == "null" else Result.model_validate_json(value)
-    return Result.model_validate(value) if value else None
+        value = json.loads(value)
+    return Result.from_stored(value) if value else None
 
 
 def get(tx: Tx, thread_id: str) -> ThreadInfo:

@@ -268,3 +268,63 @@ def test_trusted_builds_what_validation_builds() -> None:
     assert built.stored is None and built.effects is None
     assert built == block and built.model_dump() == block.model_dump()
     assert built.model_dump_json(exclude_none=True) == json.dumps(values, separators=(",", ":"))
+
+
+def _result_json() -> dict[str, Any]:
+    return {
+        "status": "done",
+        "summary": "s",
+        "findings": [{"claim": "c", "evidence": ["T-0123#4"]}],
+        "changes": [{"path": "a.py", "action": "modified"}],
+        "verification": [{"command": "pytest", "outcome": "3 passed"}],
+        "negative_results": [],
+        "open_questions": ["q"],
+        "ref": "T-0123",
+        "turns": 4,
+        "usage": {"input_tokens": 3, "output_tokens": 2},
+        "duration_s": 1.5,
+        "dropped_evidence": 0,
+        "check": {
+            "verdict": "verified",
+            "claims": [{"kind": "finding", "index": 0, "verdict": "verified", "reason": "r"}],
+            "rounds": 1,
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        _result_json(),
+        {"status": "failed", "summary": "as an older version wrote it: no lists, no check"},
+        {**_result_json(), "check": None, "usage": None},
+    ],
+)
+def test_a_stored_result_is_built_as_validating_it_gives(stored: dict[str, Any]) -> None:
+    from store import Result
+
+    text = json.dumps(stored)
+    got = Result.from_stored(json.loads(text))
+    want = Result.model_validate(json.loads(text))
+    assert got == want and got.model_dump() == want.model_dump()
+    assert {type(f) for f in got.findings} <= {type(f) for f in want.findings}
+    assert got.check is None or type(got.check.claims[0]) is type(want.check.claims[0])  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        {**_result_json(), "extra": 1},
+        {"status": "done"},
+        {**_result_json(), "findings": "not a list"},
+        {**_result_json(), "usage": [1, 2]},
+    ],
+)
+def test_a_stored_result_of_another_shape_is_validated(stored: dict[str, Any]) -> None:
+    """A key the store does not write, a required one missing, a list where a record goes (or
+    the reverse): validated in full, and refused. Values of a known shape are the store's own
+    and are not checked again."""
+    from store import Result
+
+    with pytest.raises(ValidationError):
+        Result.from_stored(json.loads(json.dumps(stored)))
