@@ -24,8 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy import event, exc
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from ._readsql import revision
-from ._schema import SCHEMA_HEAD as SCHEMA_HEAD  # defined where the fast path reads it
+from ._schema import SCHEMA_HEAD as SCHEMA_HEAD, revision  # where the fast path reads them
 from ._secrets import env_var
 from ._sqlite import (
     BUSY_TIMEOUT_MS,

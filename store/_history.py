@@ -2,7 +2,7 @@
 
 A fork stores only its origin (thread, seq); its history is the origin's history up to that
 seq, then its own messages. The plan to read a range is one: the chain (one recursive query,
-then cached: it never changes), then one indexed select per segment (``_readsql.segments``),
+then cached: it never changes), then one indexed select per segment (``segments``),
 built into models without validating them again (``_stored``).
 """
 
@@ -14,12 +14,71 @@ from datetime import datetime
 from typing import NoReturn
 
 from . import _messages, _threads
-from ._readsql import CHAIN_SQL, HEAD_SQL, HISTORY_SQL, JOINED_CHUNK_SQL, JOINED_SEP, segments
 from ._sqlite import Later, Tx
 from ._stored import CHUNK_ROWS, gc_paused, joined_chunk, segment_messages
 from .errors import ForkPointError, StoreError, ThreadNotFound
 from .models import Message, NewMessage, Status, ThreadInfo, ToolUseBlock
 from .refs import format_ref
+
+CHAIN_SQL = """
+WITH RECURSIVE chain(id, parent, after, head, depth) AS (
+    SELECT id, forked_from_id, COALESCE(forked_at_seq, 0), head_seq, 0 FROM threads WHERE id = :id
+    UNION ALL
+    SELECT t.id, t.forked_from_id, COALESCE(t.forked_at_seq, 0), t.head_seq, c.depth + 1
+    FROM threads t JOIN chain c ON t.id = c.parent
+)
+SELECT id, after, head FROM chain ORDER BY depth
+"""
+"""A thread's ancestry, the thread first: (id, owns seqs after this, head_seq) per row."""
+
+
+HEAD_SQL = "SELECT head_seq FROM threads WHERE id = :id"
+"""A thread's head alone, for a reader that knows its ancestry already (it never changes)."""
+
+
+HISTORY_SQL = (
+    "SELECT content, role, created_at FROM messages"
+    " WHERE thread_id = :owner AND seq BETWEEN :lo AND :hi ORDER BY seq"
+)
+"""One segment of a visible history (owner, lo, hi from ``segments``) as ``(content, role,
+created_at)`` rows: the owner and the seqs
+(``lo..hi``, every one of them stored) are the segment's (``_stored.segment_messages``)."""
+
+
+JOINED_SEP = "\x1f"
+"""What joins the roles and the timestamps of a ``JOINED_CHUNK_SQL`` row (neither holds it)."""
+
+
+JOINED_CHUNK_SQL = (
+    "SELECT count(*), group_concat(content, ','),"
+    f" group_concat(role, '{JOINED_SEP}'), group_concat(created_at, '{JOINED_SEP}')"
+    " FROM (SELECT content, role, created_at FROM messages"
+    " WHERE thread_id = :owner AND seq BETWEEN :lo AND :hi ORDER BY seq)"
+)
+"""``HISTORY_SQL``'s rows of a chunk of a segment as one row: (count, the contents joined by
+commas, the roles and the timestamps each joined by ``JOINED_SEP``), in seq order — the
+aggregate reads its ordered subquery in order, which SQLite never flattens into an aggregate
+(``_stored.joined_chunk``)."""
+
+
+def segments(
+    head: int, chain: Sequence[tuple[str, int]], start: int, end: int | None
+) -> list[tuple[str, int, int]]:
+    """Which rows hold messages ``start..end`` of a thread whose head is ``head`` and whose
+    ancestry is ``chain`` ([(owner, owns seqs after this)…], the thread first): [(owner, lo, hi)]
+    in seq order."""
+    upper = head if end is None else min(end, head)
+    out: list[tuple[str, int, int]] = []
+    for owner, after in chain:
+        lo = max(start, after + 1)
+        if lo <= upper:
+            out.append((owner, lo, upper))
+        upper = min(upper, after)  # an ancestor's segment never reaches past ``end``
+        if upper < start:
+            break
+    out.reverse()
+    return out
+
 
 Chain = list[tuple[str, int]]
 """[(owner, owns seqs after this)…], the thread itself first, up its fork ancestry."""

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ._readsql import usage_totals
 from ._sqlite import Tx, utcnow
 from .models import Usage, UsageRecord
 
@@ -50,6 +49,31 @@ def usage_row(
         "cost_usd": rec.cost_usd,
         "created_at": tx.time(now),
     }
+
+
+def usage_totals(tx: Any, *, thread_id: str | None, job_id: str | None) -> list[tuple[Any, ...]]:
+    """``store.usage.totals``'s statement (the fast path's too): usage summed per thread,
+    ``(thread_id, input, output, cache read, cache creation, cost, responses)`` by thread id:
+    of one thread, of every thread of a job, or of every thread."""
+    sql = (
+        "SELECT usage.thread_id, coalesce(sum(usage.input_tokens), 0),"
+        " coalesce(sum(usage.output_tokens), 0), coalesce(sum(usage.cache_read_input_tokens), 0),"
+        " coalesce(sum(usage.cache_creation_input_tokens), 0), coalesce(sum(usage.cost_usd), 0.0),"
+        " count(*) FROM usage"
+    )
+    where = []
+    if job_id is not None:
+        sql += " JOIN threads ON threads.id = usage.thread_id"
+        where.append("threads.job_id = :job")
+    if thread_id is not None:
+        where.append("usage.thread_id = :thread")
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " GROUP BY usage.thread_id ORDER BY usage.thread_id"
+    rows = tx.fetchall(sql, {"job": job_id, "thread": thread_id})
+    return [
+        (r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), float(r[5]), int(r[6])) for r in rows
+    ]
 
 
 def totals(tx: Tx, *, thread_id: str | None, job_id: str | None) -> list[UsageTotal]:

@@ -26,7 +26,6 @@ from ._leases import Lease, Leases
 from ._ledger import Ledger
 from ._liveness import as_seen
 from ._outputs import OutputFile
-from ._readsql import every_id, row_limit, thread_row
 from ._sqlite import Tx, as_utc, utcnow
 from ._writer import Writer
 from .errors import ThreadNotFound
@@ -272,7 +271,7 @@ class Store:
         info = as_seen(
             await self.db.read(
                 lambda tx: _threads.thread_from_row(
-                    thread_row(tx, parsed.id, suffix=parsed.suffix)
+                    _threads.thread_row(tx, parsed.id, suffix=parsed.suffix)
                 ),
                 where="resolving a ref",
                 inline=True,
@@ -287,7 +286,7 @@ class Store:
         wanted = list(thread_ids)
         if not wanted:
             return {}
-        ids = await self.db.read(every_id, where="listing thread ids")
+        ids = await self.db.read(_threads.every_id, where="listing thread ids")
         return shortest_refs(wanted, ids)
 
     async def fork(
@@ -357,7 +356,7 @@ class Store:
                 kind=kind,
                 parent_id=parent_id,
                 forked_from_id=forked_from_id,
-                limit=row_limit(limit),
+                limit=_search.row_limit(limit),
                 oldest_first=oldest_first,
                 older_than=older_than,
                 prompts=prompts,

@@ -9,11 +9,11 @@ out is the class's default), nested objects become their models. A row of any ot
 (written by another version, or not by the store) is validated in full, which gives the same
 models. ``tests/store/test_models_stored.py`` holds the two ways equal for every shape.
 
-A history is read per segment (``_readsql.segments``) as ``(content, role, created_at)`` rows
-(``_readsql.HISTORY_SQL``): the owner and the seqs are the segment's, the contents are parsed
+A history is read per segment (``_history.segments``) as ``(content, role, created_at)`` rows
+(``_history.HISTORY_SQL``): the owner and the seqs are the segment's, the contents are parsed
 in one call, and equal timestamps (every message of one append shares one) are parsed once;
 a long segment read through raw ``sqlite3`` comes ``CHUNK_ROWS`` messages a row instead
-(``_readsql.JOINED_CHUNK_SQL``, ``joined_chunk``). Both build through one loop (``_chunk``).
+(``_history.JOINED_CHUNK_SQL``, ``joined_chunk``). Both build through one loop (``_chunk``).
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ def segment_chunk(
 def joined_chunk(
     owner: str, first_seq: int, row: Sequence[Any], sep: str, out: list[Message]
 ) -> None:
-    """``segment_chunk`` for a chunk read as one row (``_readsql.JOINED_CHUNK_SQL``): its
+    """``segment_chunk`` for a chunk read as one row (``_history.JOINED_CHUNK_SQL``): its
     contents' JSON texts joined by commas, its roles and its timestamps each joined by ``sep``.
     One row of three long strings instead of a row of three short ones per message: SQLite
     steps once, and no row is made or freed per message. ``ValueError`` (nothing appended)

@@ -14,12 +14,67 @@ from datetime import datetime
 from typing import Any
 
 from ._liveness import as_seen
-from ._readsql import THREAD_SELECT
 from ._redact import redact
 from ._sqlite import Tx, as_time, json_value, utcnow
-from .errors import LeaseLost, SourceTaken, StatusError, ThreadNotFound
+from .errors import AmbiguousRef, LeaseLost, SourceTaken, StatusError, ThreadNotFound
 from .models import ForkOrigin, Kind, Result, Status, ThreadInfo
-from .refs import format_ref
+from .refs import format_ref, is_full_id, prefix_upper
+
+THREAD_COLUMNS = (
+    "id, kind, title, status, parent_id, forked_from_id, forked_at_seq, job_id, task,"
+    " system_prompt, tools, model, result, error, version, head_seq, lease_owner,"
+    " lease_expires_at, created_at, updated_at, continues_id,"
+    " (SELECT c.id FROM threads c WHERE c.continues_id = threads.id) AS continued_by"
+)
+
+
+THREAD_SELECT = f"SELECT {THREAD_COLUMNS} FROM threads"
+"""A thread's row, in ``ThreadInfo``'s field order (``_threads.thread_from_row``); the last
+column, the thread that continues it, is found through ``continues_id``'s unique index."""
+
+
+def thread_row(tx: Any, ident: str, *, suffix: bool = False) -> Sequence[Any]:
+    """The ``THREAD_SELECT`` row of the thread ``ident`` names: a full id, or the one thread
+    whose id starts with it — with ``suffix``, ends with it (a ref by its end, ``T-…x2p4``)
+    (``AmbiguousRef`` lists up to ten; ``ThreadNotFound``).
+
+    A prefix is a half-open range ``[prefix, prefix_upper(prefix))`` compared byte by byte:
+    SQLite compares our columns with BINARY (so its primary-key index still serves the range);
+    PostgreSQL compares ``COLLATE "C"``, since under a linguistic collation (ICU en-US,
+    en_US.UTF-8) neither ``'~'`` nor any other character is guaranteed to sort after every id
+    character (``id < p || '~'`` matched nothing there)."""
+    if is_full_id(ident):
+        rows: list[Sequence[Any]] = tx.fetchall(THREAD_SELECT + " WHERE id = :id", {"id": ident})
+        if not rows:
+            raise ThreadNotFound(f"no thread {format_ref(ident)}")
+        return rows[0]
+    col = 'id COLLATE "C"' if tx.postgres else "id"
+    if suffix:
+        # id characters only, so no LIKE wildcard to escape; no index serves an id's end: the
+        # threads table is scanned, one row a thread
+        shown = "T-…" + ident
+        rows = tx.fetchall(
+            f"{THREAD_SELECT} WHERE {col} LIKE :end ORDER BY id LIMIT 11", {"end": "%" + ident}
+        )
+    else:
+        shown = format_ref(ident)
+        rows = tx.fetchall(
+            f"{THREAD_SELECT} WHERE {col} >= :lo AND {col} < :hi ORDER BY id LIMIT 11",
+            {"lo": ident, "hi": prefix_upper(ident)},
+        )
+    if not rows:
+        raise ThreadNotFound(f"no thread matches {shown}")
+    if len(rows) > 1:
+        cands = [format_ref(r[0]) for r in rows[:10]]
+        more = " …" if len(rows) > 10 else ""
+        raise AmbiguousRef(f"{shown} is ambiguous: {', '.join(cands)}{more}", cands)
+    return rows[0]
+
+
+def every_id(tx: Any) -> list[str]:
+    """Every thread's id (``refs.shortest_refs`` needs them all to know what is unique)."""
+    return [str(r[0]) for r in tx.fetchall("SELECT id FROM threads")]
+
 
 SELECT = THREAD_SELECT
 SELECT_BRIEF = THREAD_SELECT.replace(" system_prompt,", " NULL,", 1)

@@ -3,7 +3,7 @@
 
 Those commands spent ~1 s importing SQLAlchemy, pydantic and structlog to run a few indexed
 queries. This module runs the store's own statements (``_threads``, ``_history``, ``_search``,
-``_readsql``) on one read-only ``sqlite3`` connection (``file:…?mode=ro``, a busy timeout, one
+``_schema``) on one read-only ``sqlite3`` connection (``file:…?mode=ro``, a busy timeout, one
 deferred transaction: a consistent WAL snapshot that never blocks a writer) and returns the
 store's own models (``store.models``, which import none of those libraries): the same rows
 become the same objects on both paths, and the same rendering code serves both.
@@ -21,12 +21,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import quote
 
-from . import _readsql, _search, _threads
+from . import _search, _threads
 from ._history import History
 from ._ledger import UsageTotal, totals
 from ._liveness import as_seen
-from ._readsql import row_limit, thread_row
-from ._schema import SCHEMA_HEAD
+from ._schema import SCHEMA_HEAD, revision
 from ._sqlite import BUSY_TIMEOUT_MS, SqliteTx
 from .errors import ThreadNotFound
 from .models import Message, SearchHit, ThreadInfo
@@ -53,7 +52,7 @@ def open_at_head(path: Path) -> sqlite3.Connection:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute("PRAGMA query_only = ON")
         conn.execute("BEGIN")
-        found = _readsql.revision(SqliteTx(conn))
+        found = revision(SqliteTx(conn))
     except sqlite3.Error as err:
         conn.close()
         raise Unsupported(f"{path}: no readable schema version ({err})") from err
@@ -87,7 +86,7 @@ def list_threads(
         job_id=job_id,
         status=status,
         kind=kind,
-        limit=row_limit(limit),
+        limit=_search.row_limit(limit),
         oldest_first=oldest_first,
         prompts=prompts,
     )
@@ -101,7 +100,7 @@ def job_tree(conn: sqlite3.Connection, job_id: str) -> list[ThreadInfo]:
 def resolve(conn: sqlite3.Connection, ref: str) -> tuple[ThreadInfo, int | None, int | None]:
     """``Store.resolve``: (thread, start, end) — the same errors, word for word."""
     parsed = ThreadRef.parse(ref)
-    row = thread_row(SqliteTx(conn), parsed.id, suffix=parsed.suffix)
+    row = _threads.thread_row(SqliteTx(conn), parsed.id, suffix=parsed.suffix)
     info = as_seen(_threads.thread_from_row(row))
     start, end = anchor_range(parsed, info.id, info.head_seq)
     return info, start, end
@@ -111,7 +110,7 @@ def short_refs(conn: sqlite3.Connection, thread_ids: Sequence[str]) -> dict[str,
     """``Store.short_refs``: the shortest unique ref by its end of each id."""
     if not thread_ids:
         return {}
-    return shortest_refs(thread_ids, _readsql.every_id(SqliteTx(conn)))
+    return shortest_refs(thread_ids, _threads.every_id(SqliteTx(conn)))
 
 
 def job_of(conn: sqlite3.Connection, ref: str) -> ThreadInfo:

@@ -584,20 +584,19 @@ def test_a_stored_block_the_store_does_not_write_reads_the_same_on_both_paths(
 
 
 def test_the_fast_reader_shares_the_stores_rules_rather_than_copying_them() -> None:
-    from store import _engine, _history, _readsql, _schema, _search, rawread
+    from store import _engine, _history, _schema, _search, rawread
 
     assert _engine.SCHEMA_HEAD is _schema.SCHEMA_HEAD
     assert rawread.BUSY_TIMEOUT_MS == _engine.BUSY_TIMEOUT_MS
-    # one definition each, in the SQLAlchemy-free _readsql: a copy would drift
-    assert _search.fts5_rows is _readsql.fts5_rows
-    assert _history.segments is _readsql.segments
+    # one definition each, run by both paths: a copy would drift
+    assert rawread._search is _search and rawread.History is _history.History
     assert rawread.History is _history.History
-    assert _readsql.fts5_query('foo.py:12 "a phrase" x"y') == '"foo.py:12" "a phrase" "xy"'
-    assert _readsql.fts5_query("  ") == ""
+    assert _search.fts5_query('foo.py:12 "a phrase" x"y') == '"foo.py:12" "a phrase" "xy"'
+    assert _search.fts5_query("  ") == ""
     # a fork of b at 3, b a fork of a at 5: #2-7 of the fork is a#2-3, then c#4-7
     chain = [("c", 3), ("b", 5), ("a", 0)]
-    assert _readsql.segments(9, chain, 2, 7) == [("a", 2, 3), ("c", 4, 7)]
-    assert _readsql.segments(9, chain, 1, None) == [("a", 1, 3), ("c", 4, 9)]
+    assert _history.segments(9, chain, 2, 7) == [("a", 2, 3), ("c", 4, 7)]
+    assert _history.segments(9, chain, 1, None) == [("a", 1, 3), ("c", 4, 9)]
 
 
 def test_the_fast_parser_declines_what_it_does_not_know() -> None:

@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 
-from store import NewMessage, SearchHit, Store, _readsql
-from store._readsql import SNIPPET_WORDS, fts5_query, fts5_rows
-from store._search import tsquery
+from store import NewMessage, SearchHit, Store, _search
+from store._search import SNIPPET_WORDS, fts5_query, fts5_rows, tsquery
 from store._sqlite import Tx
 
 WORDS = [
@@ -114,12 +113,12 @@ async def _corpus(store: Store) -> list[str]:
     return jobs
 
 
-@pytest.mark.parametrize("slack", [_readsql.TOP_SLACK, 0, 3])
+@pytest.mark.parametrize("slack", [_search.TOP_SLACK, 0, 3])
 @pytest.mark.parametrize("query", ["parser", "parser error", '"parser error"', "cursor.index"])
 async def test_search_returns_the_same_hits_in_the_same_order_as_before(
     store: Store, query: str, slack: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_readsql, "TOP_SLACK", slack)  # small: the ties overflow, full statement
+    monkeypatch.setattr(_search, "TOP_SLACK", slack)  # small: the ties overflow, full statement
     jobs = await _corpus(store)
     total = len(await _reference(store, query, job_id=None, limit=100_000))
     assert total > 20  # the point: more hits than a page, ties across the cut
@@ -162,7 +161,7 @@ async def test_the_full_statement_answers_only_when_ties_may_reach_past_the_kept
         assert _rows(fts5_rows(execute, "parser error", job_id=None, limit=n)) == want
         assert ran == ["top"]  # n + 500 kept: every tie of the n-th rank among them
         ran.clear()
-        monkeypatch.setattr(_readsql, "TOP_SLACK", 1)  # n + 1 kept: the ties may run past
+        monkeypatch.setattr(_search, "TOP_SLACK", 1)  # n + 1 kept: the ties may run past
         assert _rows(fts5_rows(execute, "parser error", job_id=None, limit=n)) == want
         assert ran == ["top", "full"]
         ran.clear()

@@ -1,5 +1,5 @@
 """A long segment of a SQLite history is read ``CHUNK_ROWS`` messages a row
-(``_readsql.JOINED_CHUNK_SQL``, built by ``_stored.joined_chunk``): the messages are those the
+(``_history.JOINED_CHUNK_SQL``, built by ``_stored.joined_chunk``): the messages are those the
 SQLAlchemy read plan gives, in seq order, for threads whose messages were written interleaved
 with other threads', across chunk edges and fork points; a stored row of a shape the builder does
 not know is validated in its place; a row that cannot be read is an error naming where."""

@@ -12,7 +12,7 @@ from store import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from store._readsql import MAX_TERMS
+from store._search import MAX_TERMS
 
 from .helpers import assistant, user
 
