@@ -1,11 +1,16 @@
 """The base of the store's vocabulary (``store.models``): a frozen record with its fields
 declared once, validated where data enters and built as it is from what the store wrote.
 
-A class lists its fields in ``_spec`` — (name, check, default), in the order its JSON is
-written — and nothing else: ``Cls(**values)`` and ``Cls.model_validate(obj)`` run each field's
-check and raise ``ValidationError`` naming every bad field by its path; ``Cls.trusted(values)``
-makes ``values`` the instance's ``__dict__`` (one allocation; a field left out reads the class
-default). No pydantic here: the CLI's read-only fast path imports this.
+A class declares each field once, ``name: type = field(check, default)``, in the order its JSON
+is written. ``Cls(**values)`` and ``Cls.model_validate(obj)`` run each field's check and raise
+``ValidationError`` naming every bad field by its path; ``Cls.trusted(values)`` makes ``values``
+the instance's ``__dict__`` (one allocation; a field left out reads the class default), and
+``Cls.from_stored(data)`` does so for JSON the store wrote, nested records included.
+
+Plain classes with a ``__dict__``, not slotted ones: a slotted record is filled one slot at a
+time, while this one takes the parsed JSON object whole (building a 20,000-message history's
+40,000 blocks: ~8 ms this way, ~22 ms slot by slot or through pydantic's ``model_construct``).
+No pydantic here: the CLI's read-only fast path imports this.
 """
 
 from __future__ import annotations
@@ -49,12 +54,12 @@ def text(min_length: int = 0, max_length: int | None = None) -> Check_:
     def check(v: Any, loc: Loc) -> str:
         if not isinstance(v, str):
             raise bad(loc, "Input should be a valid string")
-        text = str(v)  # a str subclass (an enum's member) as its plain text
-        if len(text) < min_length:
+        plain = str(v)  # a str subclass (an enum's member) as its plain text
+        if len(plain) < min_length:
             raise bad(loc, f"String should have at least {min_length} character")
-        if max_length is not None and len(text) > max_length:
+        if max_length is not None and len(plain) > max_length:
             raise bad(loc, f"String should have at most {max_length} characters")
-        return text
+        return plain
 
     return check
 
