@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import NoReturn
 
-from . import _messages, _threads
+from . import _threads
 from ._sqlite import Later, Tx
 from ._stored import CHUNK_ROWS, gc_paused, joined_chunk, segment_messages
 from .errors import ForkPointError, StoreError, ThreadNotFound
@@ -179,6 +179,8 @@ class History:
         """``Store.fork`` inside its transaction: the fork point checked, one thread row."""
         src = _threads.get(tx, source_id)
         point = self._fork_point(tx, src, at)
+        from . import _messages  # the write statements: the read-only fast path never forks
+
         _messages.new_thread(
             tx,
             now,

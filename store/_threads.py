@@ -14,7 +14,6 @@ from datetime import datetime
 from typing import Any
 
 from ._liveness import as_seen
-from ._redact import redact
 from ._sqlite import Tx, as_time, json_value, utcnow
 from .errors import AmbiguousRef, LeaseLost, SourceTaken, StatusError, ThreadNotFound
 from .models import ForkOrigin, Kind, Result, Status, ThreadInfo
@@ -268,6 +267,8 @@ def set_status(
     if error is not None or status in (Status.RUNNING, Status.QUEUED):
         # every error text is stored here: a provider's 401 may echo the key
         sets.append("error = :error")
+        from ._redact import redact  # not at import: the read-only fast path never writes
+
         params["error"] = None if error is None else redact(error)
     if result is not None:
         sets.append("result = :result")
