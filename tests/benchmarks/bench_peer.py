@@ -156,7 +156,9 @@ class ZeroModel:
         n = self.done.get(request.thread_ref, 0) + 1
         self.done[request.thread_ref] = n
         if n < self.turns:
-            use = ToolUseBlock(id=f"toolu_z_{uuid.uuid4().hex[:20]}", name="list_files", input={})
+            use = ToolUseBlock(
+                id=f"toolu_z_{uuid.uuid4().hex[:20]}", name="list_files", input=_listing(n)
+            )
         elif any(t.name == "submit_result" for t in request.tools):
             use = ToolUseBlock(
                 id=f"toolu_z_{uuid.uuid4().hex[:20]}",
@@ -193,6 +195,13 @@ async def tl_job(root: Path, db: Path, workers: int, parallel: int) -> float:
     return elapsed
 
 
+def _listing(n: int) -> dict[str, Any]:
+    """The n-th ``list_files`` input: the workspace's root either way, said two ways in turn,
+    so that no call repeats the one before (the loop stops a model that makes the same call
+    turn after turn, SPEC "Small models"); the tool's work is the same."""
+    return {"path": "."} if n % 2 else {}
+
+
 def tl_history(n: int) -> list[NewMessage]:
     out = [NewMessage.user("Fix the failing tests in this repository, then report.")]
     i = 0
@@ -200,7 +209,8 @@ def tl_history(n: int) -> list[NewMessage]:
         tid = f"toolu_h_{i:08d}"
         out.append(
             NewMessage(
-                role="assistant", content=[ToolUseBlock(id=tid, name="list_files", input={})]
+                role="assistant",
+                content=[ToolUseBlock(id=tid, name="list_files", input=_listing(i))],
             )
         )
         out.append(
