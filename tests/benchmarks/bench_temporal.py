@@ -2,7 +2,7 @@
 
     .venv/bin/python tests/benchmarks/bench_temporal.py [--quick] [--workers 200] [--rounds 1]
 
-A job of N workers (default 200) × 10 turns each (9 ``bash true`` turns and the
+A job of N workers (default 200) × 10 turns each (9 ``bash true N`` turns and the
 ``submit_result``) on the scripted model, over one PostgreSQL database, run by ``threadloom run``:
 
 - ``local``: ``executor = "local"`` (the workers run in the ``run`` process);
@@ -78,7 +78,9 @@ def _ready(cluster: Cluster, count: int, timeout: float = 60) -> None:
 
 
 def job_file(cluster: Cluster, name: str, n: int, *, executor: str) -> Path:
-    turns = [bash("true") for _ in range(TURNS - 1)] + [submit("done")]
+    # ``true N``: the same work each turn, never the same call twice in a row (the loop stops a
+    # model that repeats one call turn after turn)
+    turns = [bash(f"true {i}") for i in range(TURNS - 1)] + [submit("done")]
     path = cluster.job(
         name,
         [
