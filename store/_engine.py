@@ -26,18 +26,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ._schema import SCHEMA_HEAD as SCHEMA_HEAD, revision  # where the fast path reads them
 from ._secrets import env_var
-from ._sqlite import (
-    BUSY_TIMEOUT_MS,
-    LockTimeout,
-    Params,
-    QueueTimeout,
-    ReaderPool,
-    Row,
-    Tx,
-    WriteQueue,
-    WriterThread,
-    sqlite_time,
-)
+from ._sqlite import BUSY_TIMEOUT_MS, LockTimeout, Params, Row, Tx, sqlite_time
+from ._sqlitefile import QueueTimeout, ReaderPool, WriteQueue, WriterThread
 from .errors import DatabaseError, DatabaseFull, DatabaseUnavailable
 
 T = TypeVar("T")
@@ -206,7 +196,7 @@ LOCK_NOT_AVAILABLE = "55P03"
 class Database:
     """One database, and the one choice of how its statements run, made here when it opens
     (as an HTTP client chooses its transport once): a SQLite file runs every statement on plain
-    ``sqlite3`` (``store._sqlite``: the writer thread, the reader pool), anything else through
+    ``sqlite3`` (``store._sqlitefile``: the writer thread, the reader pool), anything else through
     SQLAlchemy's ``run_sync``. ``write`` runs a statement function in a write transaction,
     ``read`` in a read; both translate driver errors (``translate``)."""
 
