@@ -265,7 +265,7 @@ class Model:
         decoded): built with its nested records, no value checked. A key the class does not
         have, or a required one missing, and it is validated in full instead."""
         try:
-            return cls.trusted(_stored(cls, data))
+            return cls.trusted(_as_written(cls, data))
         except _Unknown:
             return cls.model_validate(data)
 
@@ -351,7 +351,7 @@ class _Unknown(Exception):
     """Not a shape the store writes: validate it."""
 
 
-def _stored(cls: type[Model], data: Any) -> dict[str, Any]:
+def _as_written(cls: type[Model], data: Any) -> dict[str, Any]:
     """``data`` (decoded JSON the store wrote) with its nested records built and the defaults
     its JSON leaves out filled in, in place."""
     if type(data) is not dict:
@@ -364,9 +364,9 @@ def _stored(cls: type[Model], data: Any) -> dict[str, Any]:
         if held is not None and value is not None:
             sub, many = held
             if not many:
-                data[key] = sub.trusted(_stored(sub, value))
+                data[key] = sub.trusted(_as_written(sub, value))
             elif type(value) is list:
-                data[key] = [sub.trusted(_stored(sub, v)) for v in value]
+                data[key] = [sub.trusted(_as_written(sub, v)) for v in value]
             else:
                 raise _Unknown
     for name, default in cls._fresh:

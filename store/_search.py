@@ -14,7 +14,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._sqlite import Tx
+from ._sqlite import MAX_ROWS, Tx
 from .errors import SearchQueryError
 from .models import (
     ContentBlock,
@@ -128,17 +128,6 @@ def fts5_search_sql(*, by_job: bool) -> str:
         " WHERE messages_fts MATCH :q AND f.rowid = top.rid"
         " ORDER BY top.r, f.thread_id DESC, f.seq LIMIT :n"
     )
-
-
-MAX_ROWS = 1 << 40
-"""The most rows a listing or a search returns whatever limit it is given: more than any
-database holds, and within SQLite's (and PostgreSQL's) 64-bit integers once the readers have
-added their one or two."""
-
-
-def row_limit(limit: int | None) -> int | None:
-    """``limit`` kept within ``MAX_ROWS`` (a limit of 2**63 was an OverflowError)."""
-    return None if limit is None else min(limit, MAX_ROWS)
 
 
 TOP_SLACK = 500

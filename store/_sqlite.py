@@ -96,6 +96,17 @@ class SqliteTx(Tx):
         return True
 
 
+MAX_ROWS = 1 << 40
+"""The most rows a listing or a search returns whatever limit it is given: more than any
+database holds, and within SQLite's (and PostgreSQL's) 64-bit integers once the readers have
+added their one or two."""
+
+
+def row_limit(limit: int | None) -> int | None:
+    """``limit`` kept within ``MAX_ROWS`` (a limit of 2**63 was an OverflowError)."""
+    return None if limit is None else min(limit, MAX_ROWS)
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 

@@ -356,7 +356,7 @@ class Store:
                 kind=kind,
                 parent_id=parent_id,
                 forked_from_id=forked_from_id,
-                limit=_search.row_limit(limit),
+                limit=limit,
                 oldest_first=oldest_first,
                 older_than=older_than,
                 prompts=prompts,

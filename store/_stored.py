@@ -86,16 +86,10 @@ def _nested(d: dict[str, Any]) -> None:
     if stored is not None:
         if type(stored) is not dict or tuple(stored) != STORED_OUTPUT_SHAPE:
             raise _Unknown
-        d["stored"] = _built(StoredOutput, stored)
+        d["stored"] = StoredOutput.trusted(stored)
     effects = d.get("effects")
     if effects is not None:
         d["effects"] = _effects(effects)
-
-
-def _built(cls: type[Model], d: dict[str, Any]) -> Any:
-    m = _new(cls)
-    _set_dict(m, d)
-    return m
 
 
 def _effects(d: Any) -> Effects:
@@ -121,15 +115,15 @@ def _effects(d: Any) -> Effects:
             or c["action"] not in _ACTIONS
         ):
             raise _Unknown
-        changed.append(_built(Change, c))
+        changed.append(Change.trusted(c))
     d["changed"] = changed
-    return _built(Effects, d)  # type: ignore[no-any-return]
+    return Effects.trusted(d)
 
 
 def _text(d: Any) -> TextBlock:
     if type(d) is not dict or tuple(d) != ("type", "text") or d["type"] != "text":
         raise _Unknown
-    return _built(TextBlock, d)  # type: ignore[no-any-return]
+    return TextBlock.trusted(d)
 
 
 def _parser() -> Callable[[str], Any]:

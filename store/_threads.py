@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from ._liveness import as_seen
-from ._sqlite import Tx, as_time, json_value, utcnow
+from ._sqlite import Tx, as_time, json_value, row_limit, utcnow
 from .errors import AmbiguousRef, LeaseLost, SourceTaken, StatusError, ThreadNotFound
 from .models import ForkOrigin, Kind, Result, Status, ThreadInfo
 from .refs import format_ref, is_full_id, prefix_upper
@@ -215,6 +215,7 @@ def listing(
         params["older_than"] = older_than
     sql = (SELECT if prompts else SELECT_BRIEF) + (" WHERE " + " AND ".join(where) if where else "")
     sql += " ORDER BY id" + ("" if oldest_first else " DESC")
+    limit = row_limit(limit)
     if limit is not None and not live_dependent:
         sql += " LIMIT :limit"
         params["limit"] = limit

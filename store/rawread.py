@@ -86,7 +86,7 @@ def list_threads(
         job_id=job_id,
         status=status,
         kind=kind,
-        limit=_search.row_limit(limit),
+        limit=limit,
         oldest_first=oldest_first,
         prompts=prompts,
     )
