@@ -10,7 +10,16 @@ the secrets leave the process's environment (``store._secrets.take_secrets``): e
 
 from __future__ import annotations
 
+import atexit
+import os
 import sys
+import threading
+from typing import NoReturn
+
+NATIVE_THREADS = "temporalio.bridge.temporal_sdk_bridge"
+"""The Temporal SDK's Rust core: once loaded, its Tokio threads may call into Python while the
+interpreter finalizes, which aborts the process (SIGABRT, "PyGILState_Release: thread state …
+must be current", temporalio/sdk-python#300) after the command has already done its work."""
 
 
 def main() -> None:
@@ -29,4 +38,28 @@ def main() -> None:
         sys.exit(code)
     from ._app import main as cli_main
 
-    cli_main(prog_name="threadloom")
+    try:
+        cli_main(prog_name="threadloom")
+    except SystemExit as done:
+        _leave(done)
+
+
+def _leave(done: SystemExit) -> NoReturn:
+    """End with ``done``'s code. A process that loaded the Temporal core runs its exit handlers,
+    flushes its streams, and ends without the interpreter's finalization (see NATIVE_THREADS), so
+    the exit code is the command's, not an abort's."""
+    if NATIVE_THREADS not in sys.modules:
+        raise done
+    code = done.code
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    # what finalization does before the part that aborts: join the non-daemon threads, run atexit
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code or 0)
