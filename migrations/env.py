@@ -15,7 +15,7 @@ from alembic import context
 from sqlalchemy import Connection, pool
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from store import FTS_TABLE, env_var, metadata
+from store import FTS_TABLE, metadata
 
 config = context.config
 
@@ -49,7 +49,8 @@ async def _run_with_own_engine(url: str) -> None:
 
 def _url() -> str:
     x = context.get_x_argument(as_dictionary=True)
-    url = x.get("url") or env_var("THREADLOOM_DB") or ".threadloom/threads.db"
+    # a developer's own alembic process: nothing took THREADLOOM_DB out of its environment
+    url = x.get("url") or os.environ.get("THREADLOOM_DB") or ".threadloom/threads.db"
     if "://" not in url:
         url = f"sqlite+aiosqlite:///{os.path.abspath(url)}"
     return url

@@ -89,7 +89,9 @@ class Orchestrator:
 
     @classmethod
     async def open(cls, db: str, *, create_dirs: bool = False, **kw: Any) -> Orchestrator:
-        store = await Store.open(db, create_dirs=create_dirs)
+        from workers import env_var
+
+        store = await Store.open(db, create_dirs=create_dirs, password=env_var("PGPASSWORD"))
         return cls(store, owns_store=True, **kw)
 
     async def close(self) -> None:

@@ -170,7 +170,7 @@ def is_expected(exc: BaseException) -> bool:
 
 def one_line(exc: BaseException) -> str:
     """The error's message on one line (what is wrong and where), secrets redacted."""
-    from store import redact
+    from workers import redact
 
     if exit_code_for(exc) == EXIT_INTERRUPTED:
         return "interrupted"

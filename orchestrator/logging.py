@@ -6,7 +6,7 @@ lines with ``json_lines=True`` (``threadloom --log-json``). The level is WARNING
 past-tense names with fields (``log.info("thread.imported", thread=ref, messages=12)``); prompt
 bodies never above DEBUG. Standard-library loggers (alembic, …) go through the same renderer.
 Every rendered line — structlog's, the standard library's, the job logs' — passes through
-``store.redact`` on its way out (tracebacks included), so no secret is logged.
+``workers.redact`` on its way out (tracebacks included), so no secret is logged.
 
 Job logs: once ``set_job_log_dir(dir)`` is called (``threadloom run``/``resume``/``fork``/``demo``
 do, with ``.threadloom/logs`` beside the database), every event carrying a ``job`` (bound with
@@ -27,7 +27,7 @@ from typing import Any, TextIO, cast
 
 import structlog
 
-from store import redact
+from workers import redact
 
 _HANDLER_NAME = "threadloom"
 

@@ -25,7 +25,6 @@ from sqlalchemy import event, exc
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ._schema import SCHEMA_HEAD as SCHEMA_HEAD, revision  # where the fast path reads them
-from ._secrets import env_var
 from ._sqlite import BUSY_TIMEOUT_MS, LockTimeout, Params, Row, Tx, sqlite_time
 from ._sqlitefile import QueueTimeout, ReaderPool, WriteQueue, WriterThread
 from .errors import DatabaseError, DatabaseFull, DatabaseUnavailable
@@ -200,15 +199,20 @@ class Database:
     SQLAlchemy's ``run_sync``. ``write`` runs a statement function in a write transaction,
     ``read`` in a read; both translate driver errors (``translate``)."""
 
-    def __init__(self, url: str, *, create_dirs: bool = False, synchronous: str = "FULL") -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        create_dirs: bool = False,
+        synchronous: str = "FULL",
+        password: str | None = None,
+    ) -> None:
         self.url = sa.make_url(database_url(url))
         self.dialect = self.url.get_backend_name()
-        if self.dialect == "postgresql" and self.url.password is None:
-            # asyncpg would read PGPASSWORD from the environment, but the command took it out
-            # at start (store._secrets): hand it over from there
-            password = env_var("PGPASSWORD")
-            if password:
-                self.url = self.url.set(password=password)
+        if self.dialect == "postgresql" and self.url.password is None and password:
+            # the opener's PGPASSWORD: the command takes it out of the environment at start,
+            # where asyncpg would read it (workers._secrets)
+            self.url = self.url.set(password=password)
         if self.dialect not in ("sqlite", "postgresql"):
             raise DatabaseUnavailable(
                 f"unsupported database URL {self.url.render_as_string(hide_password=True)!r}:"

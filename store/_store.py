@@ -66,9 +66,16 @@ class Store:
 
     @classmethod
     async def open(
-        cls, url: str, *, create_dirs: bool = False, migrate: bool = True, synchronous: str = "FULL"
+        cls,
+        url: str,
+        *,
+        create_dirs: bool = False,
+        migrate: bool = True,
+        synchronous: str = "FULL",
+        password: str | None = None,
     ) -> Store:
-        db = Database(url, create_dirs=create_dirs, synchronous=synchronous)
+        """``password``: a PostgreSQL URL's when it names none (the command's PGPASSWORD)."""
+        db = Database(url, create_dirs=create_dirs, synchronous=synchronous, password=password)
         try:
             if migrate:
                 await db.migrate()
@@ -226,26 +233,20 @@ class Store:
         *,
         start: int = 0,
         end: int | None = None,
-        redact: bool = False,
     ) -> AsyncIterator[str]:
         """Characters ``start..end`` (end exclusive; None: to the end) of the whole output of
         the tool result ``tool_use_id`` in message ``seq`` of the thread (an inherited message of
         a fork included), about a chunk (1 MiB) at a time: memory stays bounded whatever the
         output's size. Only outputs stored apart (``ToolResultBlock.stored``) have pieces.
-        ``redact``: secrets masked over the whole stream (``redacted``), never chunk by chunk,
-        so one cut by a chunk boundary is masked whole."""
+        (``workers.redacted`` masks secrets over the whole stream, one cut by a chunk boundary
+        included.)"""
         owner = _outputs.owner_of(await self.ancestry(thread_id), seq)
         key = {"thread_id": owner, "seq": seq, "tool_use_id": tool_use_id}
 
         def read(fn: Any) -> Any:
             return self.db.read(fn, where="reading a tool output")
 
-        pieces = _outputs.read_pieces(read, key, start=start, end=end)
-        if redact:
-            from ._redact import redacted
-
-            pieces = redacted(pieces)
-        async for piece in pieces:
+        async for piece in _outputs.read_pieces(read, key, start=start, end=end):
             yield piece
 
     async def output_text(

@@ -266,11 +266,8 @@ def set_status(
     sets = ["status = :status", "updated_at = :now", "version = version + 1"]
     params: dict[str, Any] = {"status": str(status), "now": stamp, "id": thread_id}
     if error is not None or status in (Status.RUNNING, Status.QUEUED):
-        # every error text is stored here: a provider's 401 may echo the key
-        sets.append("error = :error")
-        from ._redact import redact  # not at import: the read-only fast path never writes
-
-        params["error"] = None if error is None else redact(error)
+        sets.append("error = :error")  # as given: a run masks its secrets before (workers)
+        params["error"] = error
     if result is not None:
         sets.append("result = :result")
         params["result"] = json.dumps(result.model_dump(mode="json", exclude_none=True))

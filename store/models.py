@@ -31,6 +31,7 @@ from ._record import DICT, LIST, Loc, Model, ValidationError, field
 from .refs import format_ref
 
 __all__ = [
+    "TERMINAL_STATUSES",
     "Change",
     "Check",
     "ClaimCheck",
@@ -56,6 +57,7 @@ __all__ = [
     "ValidationError",
     "Verdict",
     "Verification",
+    "validate_blocks",
 ]
 
 CONTENT_FORMAT = 1

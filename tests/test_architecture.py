@@ -284,6 +284,10 @@ def _exported_by_init(path: Path) -> set[str]:
     names: set[str] = set()
     for node in _walk_runtime(tree):
         if isinstance(node, ast.ImportFrom) and node.level:
+            if [a.name for a in node.names] == ["*"]:  # a module's whole __all__, handed on
+                pkg = _name(path)
+                names.update(importlib.import_module(f"{pkg}.{node.module}").__all__)
+                continue
             bound = [a.asname or a.name for a in node.names]
             names.update(n for n in bound if n not in used)
         elif isinstance(node, ast.Dict):

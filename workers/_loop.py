@@ -61,6 +61,7 @@ from ._calls import (
 from ._limits import BudgetExhausted, Limits
 from ._nudges import EMPTY_REPLY_SUMMARY, nudge_text, reply_text
 from ._protocol import Model, ModelRequest, ModelResponse, ToolSpec, result_nudges
+from ._redact import redact
 from ._repetition import STOPPED_CALL, repeated_calls, repetition, restarted, restated
 from ._request import DEFAULT_OUTPUT_CAP, RequestBuilder
 from ._results import (
@@ -741,7 +742,9 @@ async def _finish(
     exception: BaseException | None = None,
 ) -> RunOutcome:
     """Write the terminal status (with the result) — idempotent and finished even under
-    cancellation — and only then report the end."""
+    cancellation — and only then report the end. ``error`` is stored with its secrets masked
+    (``redact``): a provider's 401 may echo the key."""
+    error = None if error is None else redact(error)
     duration = round(time.monotonic() - run.started, 3)
     result = run.result
     if result is None and run.kind == Kind.WORKER and status != Status.DONE:

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, get_args
 
 import click
 
-from store import env_var, redact, redact_data
+from workers import env_var, redact, redact_data
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, exit_code_for, one_line
 from ._render import Printer, dumps, silence_stdout, visible, write_error, write_redacted
@@ -84,7 +84,7 @@ class AppContext:
 class Output:
     """What a command produced: ``data`` is its ``--json`` document; ``text`` its text output,
     either a string written as is or a function that writes through a ``Printer``. Both are
-    redacted (``store.redact``) unless ``redact`` is False — transcripts shown or
+    redacted (``workers.redact``) unless ``redact`` is False — transcripts shown or
     exported as the record (``show``/``export`` without ``--redact``). Control characters in
     the text are made visible (``_render.visible``) unless ``verbatim`` (``show --raw``,
     ``export``: the bytes as stored)."""
@@ -176,7 +176,9 @@ async def open_store(
             ThreadRef.parse(ref)
         raise CliError(no_database(missing), EXIT_NOT_FOUND)
     url, create_dirs = app.database()
-    store = await Store.open(url, create_dirs=create_dirs, migrate=migrate)
+    store = await Store.open(
+        url, create_dirs=create_dirs, migrate=migrate, password=env_var("PGPASSWORD")
+    )
     get_logger(__name__).debug("database.opened", database=store.db.display)
     return store
 
@@ -420,7 +422,7 @@ Global options go before the command; --json may also follow it.
     "db",
     metavar="URL_OR_PATH",
     envvar="THREADLOOM_DB",
-    # a URL with a password was taken out of the environment at start (store._secrets)
+    # a URL with a password was taken out of the environment at start (workers._secrets)
     default=lambda: env_var("THREADLOOM_DB"),
     show_envvar=True,
     help="Database file or SQLAlchemy URL (postgresql+asyncpg://…). Default:"

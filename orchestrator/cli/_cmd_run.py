@@ -81,7 +81,7 @@ def render(
                 ref = w.ref
                 head = f"  {ref}  {(w.task or ''):<{width}}  {w.status:<11} "
                 if p.styled:  # on a terminal one line per worker: cut, never wrapped
-                    from store import redact
+                    from workers import redact
 
                     from ._render import cell_width, fit, visible
 
@@ -208,7 +208,7 @@ async def _orchestrate(
 def _failed(data: dict[str, Any], code: int, line: str) -> None:
     """A run that ended badly: its error in SPEC's error shape in the document, and said once,
     as one line on stderr."""
-    from store import redact
+    from workers import redact
 
     data["error"] = {"code": code, "message": line}
     sys.stderr.write(redact(f"threadloom: error: {line}\n"))

@@ -104,7 +104,7 @@ def export(ctx: click.Context, ref: str, fmt: str, redact: bool, base_url: str |
         spool = tempfile.TemporaryFile("w+", encoding="utf-8", newline="")  # noqa: SIM115
         # masked where the text is written, before it is escaped (HTML, JSON): a secret
         # holding ``&``, ``<`` or ``"`` is found as it is, and each output stored apart is
-        # masked as one stream (``store.redacted``), never chunk by chunk
+        # masked as one stream (``workers.redacted``), never chunk by chunk
         if fmt == "html":
             from ..web import write_thread_html
 
@@ -180,7 +180,7 @@ async def _write_jsonl(
     """``dump_transcript(msgs)`` into ``out``, each output stored apart streamed whole;
     ``redact``: every string masked before it is JSON-encoded (a secret holding ``"`` or
     ``\\`` is found as it is), each output stored apart as one stream."""
-    from store import redact_data
+    from workers import redact_data, redacted
 
     from ..importers.jsonl import transcript_parts
 
@@ -198,7 +198,9 @@ async def _write_jsonl(
             if isinstance(part, str):
                 out.write(part)
                 continue
-            pieces = store.output_pieces(m.thread_id, m.seq, part.tool_use_id, redact=redact)
+            pieces = store.output_pieces(m.thread_id, m.seq, part.tool_use_id)
+            if redact:
+                pieces = redacted(pieces)
             async for piece in pieces:
                 out.write(json.dumps(piece, ensure_ascii=False)[1:-1])
         out.write("\n")
@@ -209,7 +211,8 @@ async def _write_markdown(
 ) -> None:
     """The Markdown document into ``out`` (it escapes nothing: masked as one stream, as it is
     written, when ``redact``)."""
-    from store import RedactingWriter, Usage
+    from store import Usage
+    from workers import RedactingWriter
 
     from ._thread_text import WholeOutputs, write_markdown
 

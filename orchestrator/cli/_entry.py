@@ -3,7 +3,7 @@
 ``ls``, ``show``, ``search`` and ``tree`` are answered on the read-only fast path (``_fast``)
 before click, SQLAlchemy or pydantic is imported; every other command line, or one the fast
 path declines (it then writes nothing), runs through the click group (``_app``). Before either,
-the secrets leave the process's environment (``store._secrets.take_secrets``): every command —
+the secrets leave the process's environment (``workers._secrets.take_secrets``): every command —
 ``run``, ``mcp``, ``serve``, ``worker`` … — starts here, as the console script or as
 ``python -m orchestrator``.
 """
@@ -23,10 +23,10 @@ must be current", temporalio/sdk-python#300) after the command has already done 
 
 
 def main() -> None:
-    from store import take_secrets
+    from workers import take_secrets
 
     # first of all: no secret stays in this process's environment (nor in what it spawns),
-    # where a worker's bash running as root could read it from /proc (store._secrets)
+    # where a worker's bash running as root could read it from /proc (workers._secrets)
     take_secrets()
 
     from ._fast import run_standalone

@@ -134,7 +134,7 @@ def database(db: str | None) -> Path | None:
     """The SQLite file ``--db`` names (``THREADLOOM_DB``; default ``.threadloom/threads.db``)
     if the fast path can read it as the full path would: an existing, writable regular file."""
     if db is None:
-        from store import env_var  # it may hold a password: taken at start
+        from workers import env_var  # it may hold a password: taken at start
 
         db = env_var("THREADLOOM_DB") or None
     if db is None:
@@ -212,7 +212,7 @@ def attempt(argv: Sequence[str], *, standalone: bool = False) -> int | None:
 
 def _emit(view: View, *, as_json: bool) -> int:
 
-    from store import redact_data
+    from workers import redact_data
 
     from ._render import Printer, dumps, silence_stdout, write_redacted
 
@@ -238,7 +238,7 @@ def _emit(view: View, *, as_json: bool) -> int:
 
 
 def _report(exc: BaseException, *, json_mode: bool) -> int:
-    from store import redact
+    from workers import redact
 
     from ..errors import exit_code_for, one_line
     from ._render import visible, write_error

@@ -16,7 +16,7 @@ Layout rules, because people copy refs out of this view and read it at any width
   cut with "…"; on a narrow terminal the kind and status columns go (the spinner or mark still
   says the status), then turns, cost and tokens (the summary line keeps the totals), so that
   the title and the preview keep room to say something; a ref is never what gives way;
-- everything shown from the record goes through ``store.redact`` and ``_render.visible``.
+- everything shown from the record goes through ``workers.redact`` and ``_render.visible``.
 
 Off a terminal each start and end is one plain line on stderr, as a log reads.
 """
@@ -31,8 +31,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from store import Status, format_ref, redact
-from workers import LoopEvent
+from store import Status, format_ref
+from workers import LoopEvent, redact
 
 from ..humanize import compact
 from ._render import STATUS_STYLES, cell_width, fit, one_line, usd, visible

@@ -329,7 +329,7 @@ def write_redacted(
     several of the printer's writes, or a stored output's chunks), in bounded memory."""
     import io
 
-    from store import RedactingWriter
+    from workers import RedactingWriter
 
     sink = RedactingWriter(stdout.write)
 

@@ -4,7 +4,7 @@ The report is Markdown the lead wrote. On a terminal it is rendered (``rich.mark
 lists, tables, code. Anywhere else — a pipe, a file — it is printed as the exact text, so that
 ``threadloom run job.toml > report.md`` keeps the Markdown. ``--json`` carries it unrendered.
 
-Either way it is model-written text: it is redacted (``store.redact``) and its control
+Either way it is model-written text: it is redacted (``workers.redact``) and its control
 characters are made visible (``_render.visible``) before anything draws it. On a terminal links
 are shown as text and address, never as OSC 8 hyperlinks, so the only escape codes are styling
 and a link cannot point somewhere its text does not say.
@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from store import redact
+from workers import redact
 
 from ._render import Printer, visible
 

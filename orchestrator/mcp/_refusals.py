@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from pydantic import ValidationError
 
-from store import redact
+from workers import redact
 
 from ..errors import is_expected, one_line
 

@@ -370,8 +370,9 @@ async def _probe(db: str, *, create_dirs: bool) -> None:
     """Open (and migrate) the database once before serving: a database that cannot be opened
     is the store's error, reported as for any command, not a traceback in uvicorn's log."""
     from store import Store
+    from workers import env_var
 
-    async with await Store.open(db, create_dirs=create_dirs):
+    async with await Store.open(db, create_dirs=create_dirs, password=env_var("PGPASSWORD")):
         pass
 
 

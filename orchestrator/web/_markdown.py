@@ -22,7 +22,8 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 from markupsafe import Markup
 
-from store import REF_IN_TEXT, redact
+from store import REF_IN_TEXT
+from workers import redact
 
 from ._text import shown
 

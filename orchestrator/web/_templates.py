@@ -16,7 +16,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from store import redact
+from workers import redact
 
 from ..humanize import age, compact, count, timestamp as stamp
 from ..views import VERDICT_MARKS, snippet_parts

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
+from workers import redacted
+
 from ..humanize import count
 from ._text import cap
 
@@ -182,7 +184,7 @@ def message_views(
     """The messages as shown. ``before``: the message preceding the range (it names the tools
     whose results open it). ``whole``: links to whole inputs and outputs (the server); without
     one (the export), inputs and inline outputs are shown whole and the outputs stored apart
-    are streamed from ``store`` — ``redact``: masked as one stream (``store.redacted``), before
+    are streamed from ``store`` — ``redact``: masked as one stream (``workers.redacted``), before
     the page escapes them. ``spawned``: tool-use id → the threads that call spawned."""
     names: dict[str, str] = {}
     if before is not None:
@@ -294,7 +296,8 @@ def _result(
     if whole is None:  # the export: everything whole
         block.body = text
         if b.stored is not None and store is not None:
-            block.pieces = store.output_pieces(m.thread_id, m.seq, b.tool_use_id, redact=redact)
+            pieces = store.output_pieces(m.thread_id, m.seq, b.tool_use_id)
+            block.pieces = redacted(pieces) if redact else pieces
         return block
     block.body, block.tail = cap(text)
     if block.tail or b.stored is not None:

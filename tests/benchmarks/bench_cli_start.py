@@ -12,7 +12,7 @@ weighs on all three alike, and reported as medians:
 - ``baseline``: ``python -c "import sqlite3; <the same queries>"`` — the floor for a Python
   process that answers the question at all;
 - ``secret``: the fast command with API keys and a database password in its environment, which
-  it takes out at start (``store._secrets``): ``secret_over_fast`` is what that costs.
+  it takes out at start (``workers._secrets``): ``secret_over_fast`` is what that costs.
 
 Prints one JSON document on stdout (progress on stderr) with the ratios fast/baseline and
 slow/fast and the goal (fast ≤ 150 ms on a quiet machine). Nothing here asserts on time; the

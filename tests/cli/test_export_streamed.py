@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from store import NewMessage, OutputFile, Store, ToolResultBlock, ToolUseBlock, redact
-from store._redact import HOLD, PIECE, RedactingWriter, refresh_secrets
+from store import NewMessage, OutputFile, Store, ToolResultBlock, ToolUseBlock
+from workers import redact
+from workers._redact import HOLD, PIECE, RedactingWriter, refresh_secrets
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-ant-api03-" + "Q" * 40

@@ -19,17 +19,11 @@ import pytest
 
 from orchestrator.importers.jsonl import transcript_line
 from orchestrator.runtime.pages import read_page
-from store import (
-    INLINE_LIMIT,
-    NewMessage,
-    Store,
-    ToolResultBlock,
-    ToolUseBlock,
-    redact,
-)
+from store import INLINE_LIMIT, NewMessage, Store, ToolResultBlock, ToolUseBlock
 from store._outputs import CHUNK_BYTES
 from tests import pg
 from tests.orchestrator.test_cli_helpers import invoke, json_out
+from workers import redact
 
 SECRET = "sk-ant-api03-" + "Q" * 40
 BACKTICKS = "`" * 7

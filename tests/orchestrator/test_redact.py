@@ -17,16 +17,15 @@ import pytest
 
 from orchestrator.errors import one_line
 from orchestrator.logging import configure_logging, get_logger, set_job_log_dir
-from store import NewMessage, Status, Store, redact, redact_data, refresh_secrets
+from store import NewMessage, Status, Store
 from tests.e2e.conftest import Env
 from tests.fakes._messages_rules import InvalidRequest
 from tests.fakes._server import RecordedRequest, Reply
 from tests.fakes.chat_api import FakeChatAPI, _error as _chat_error
 from tests.fakes.messages_api import FakeMessagesAPI
 from tests.orchestrator.test_cli_helpers import clean_env, run_cli
-from workers import Model
+from workers import Model, redact, redact_data, refresh_secrets, run_thread
 from workers._protocol import ModelRequest
-from workers.errors import ModelError
 from workers.providers.anthropic import AnthropicModel
 from workers.providers.openai import OpenAIChatModel
 
@@ -180,17 +179,20 @@ def _refuse_echoing_the_key(request: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _fail_a_thread_with(db: Path, model: Model) -> str:
-    """What the runtime does with a provider error: the model call fails, its text becomes the
-    thread's error."""
+    """A worker run by the real loop whose model call fails: its error is what the run stores
+    (an error that is no provider's is stored, then raised: the run crashed)."""
     store = await Store.open(str(db))
     try:
-        thread = await store.create_thread(kind="worker", title="t", messages=[])
-        await store.set_status(thread.id, Status.RUNNING)
-        with pytest.raises(ModelError) as info:
-            await model.complete(
-                ModelRequest(system="s", tools=[], messages=[NewMessage.user("hi")])
+        thread = await store.create_thread(
+            kind="worker", title="t", messages=[NewMessage.user("hi")]
+        )
+        try:
+            await run_thread(
+                store, thread.id, model=model, tools=[], workspace=db.parent, thread=thread
             )
-        await store.set_status(thread.id, Status.FAILED, error=str(info.value))
+        except RuntimeError:
+            pass
+        assert (await store.get_thread(thread.id)).status == Status.FAILED
         return f"T-{thread.id}"
     finally:
         await model.aclose()
@@ -230,25 +232,27 @@ def test_an_openai_401_echoing_the_key_is_stored_and_shown_masked(tmp_path: Path
     _assert_key_nowhere(tmp_path / "threads.db", ref, ECHOED_KEY)
 
 
-def test_every_stored_error_is_redacted(tmp_path: Path) -> None:
-    async def go() -> str:
-        store = await Store.open(str(tmp_path / "threads.db"))
-        try:
-            thread = await store.create_thread(kind="worker", title="t", messages=[])
-            await store.set_status(thread.id, Status.RUNNING)
-            await store.set_status(
-                thread.id,
-                Status.FAILED,
-                error=f"HTTP 401: bad key {ANT} / plain-configured-key-123",
-            )
-            return f"T-{thread.id}"
-        finally:
-            await store.close()
+def test_every_error_a_run_stores_is_redacted(tmp_path: Path) -> None:
+    """Whatever raises in a run (here a model whose failure is no provider's, so nothing masked
+    it on the way), the loop masks its secrets before it stores the error (``workers._finish``)."""
 
-    ref = asyncio.run(go())
+    class Leaky:
+        spec = "leaky:model"
+
+        async def complete(self, request: ModelRequest) -> Any:
+            raise RuntimeError(f"HTTP 401: bad key {ANT} / plain-configured-key-123")
+
+        def cost_usd(self, usage: Any) -> float:
+            return 0.0
+
+        async def aclose(self) -> None:
+            pass
+
+    ref = asyncio.run(_fail_a_thread_with(tmp_path / "threads.db", Leaky()))
     with closing(sqlite3.connect(tmp_path / "threads.db")) as conn:
-        (stored,) = conn.execute("SELECT error FROM threads").fetchone()
-    assert ANT not in stored and "plain-configured-key-123" not in stored
+        (stored, result) = conn.execute("SELECT error, result FROM threads").fetchone()
+    for text in (stored, result):  # the error, and the failed result's summary made of it
+        assert ANT not in text and "plain-configured-key-123" not in text
     assert "sk-ant-…[REDACTED]" in stored and "HTTP 401: bad key" in stored
     proc = run_cli("show", ref, db=tmp_path / "threads.db")
     assert ANT not in proc.stdout

@@ -50,7 +50,6 @@ from typing import TYPE_CHECKING, Any, cast
 import structlog
 
 from store import (
-    MASK,
     ContentBlock,
     NewMessage,
     TextBlock,
@@ -58,10 +57,10 @@ from store import (
     ToolResultBlock,
     ToolUseBlock,
     Usage,
-    env_var,
-    redact,
 )
 from workers._protocol import ModelRequest, ModelResponse, StopReason, ToolSpec
+from workers._redact import MASK, redact
+from workers._secrets import env_var
 from workers.errors import (
     BadModelResponse,
     ModelError,
@@ -140,7 +139,7 @@ class AnthropicModel:
         retry_after_cap: float = 60.0,
     ) -> None:
         self._model = model
-        # the keys the command took out of the environment at start (store._secrets)
+        # the keys the command took out of the environment at start (workers._secrets)
         self._api_key = api_key or env_var("ANTHROPIC_API_KEY") or None
         self._auth_token = None if self._api_key else env_var("ANTHROPIC_AUTH_TOKEN")
         if not self._api_key and not self._auth_token:

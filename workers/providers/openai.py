@@ -69,18 +69,11 @@ from urllib.parse import urlsplit
 import httpx
 import structlog
 
-from store import (
-    MASK,
-    NewMessage,
-    TextBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-    Usage,
-    env_var,
-    redact,
-)
+from store import NewMessage, TextBlock, ToolResultBlock, ToolUseBlock, Usage
 from workers._protocol import ModelRequest, ModelResponse, ToolSpec
+from workers._redact import MASK, redact
 from workers._results import SUBMIT_RESULT
+from workers._secrets import env_var
 from workers.errors import ContextTooLong, ModelSpecError, ProviderUnavailable
 
 from ._openai_errors import SPEND_LIMIT, error_text, is_context_overflow, overflow_message
@@ -171,7 +164,7 @@ class OpenAIChatModel:
         self._probe_lock = asyncio.Lock()
         self._base_url = base_url
         self._url = chat_completions_url(base_url)
-        self._api_key = api_key or env_var("OPENAI_API_KEY") or None  # see store._secrets
+        self._api_key = api_key or env_var("OPENAI_API_KEY") or None  # see workers._secrets
         self._timeout = timeout
         self._max_tokens = max_tokens
         self._text_tool_calls = text_tool_calls

@@ -13,7 +13,7 @@ The contract:
   child subreaper, kills every descendant of the command first. threadloom makes itself
   non-dumpable (against same-uid readers of its /proc files; root is not stopped by this), and
   the ``threadloom`` command took its secrets out of its own start-up environment
-  (``store.take_secrets``), so root reading ``/proc/<threadloom>/environ`` finds none either.
+  (``workers.take_secrets``), so root reading ``/proc/<threadloom>/environ`` finds none either.
 - Nothing outlives the command: when the shell exits, whatever it left running in its process
   group is killed (this also keeps a background child holding the output pipe from hanging us).
   On timeout the whole group is killed and an error result returns promptly with the output so
@@ -53,8 +53,9 @@ from collections.abc import Mapping
 
 from pydantic import Field
 
-from store import MAX_OUTPUT_BYTES, Effects, OutputFile, secret_variables, taken_secrets
+from store import MAX_OUTPUT_BYTES, Effects, OutputFile
 
+from .._secrets import secret_variables, taken_secrets
 from ._base import Tool, ToolContext, ToolInput, ToolOutput
 from ._changes import changed_paths, close_window, open_window, take_snapshot
 from ._pids import ProcessLimitUnavailable, helper_argv, process_limit

@@ -16,8 +16,8 @@ Two kinds of secret are masked:
 
 ``RedactingWriter`` (and ``redacted``, its form for an async stream of pieces) is ``redact``
 over a stream, in bounded memory: every reader that streams text out of the store — the HTML,
-Markdown and JSONL exports, ``show --raw``'s outputs stored apart, ``Store.output_pieces(...,
-redact=True)`` — masks through it, so a secret cut by a stored output's chunk boundary is
+Markdown and JSONL exports, ``show --raw``'s outputs stored apart (``Store.output_pieces``
+through ``redacted``) — masks through it, so a secret cut by a stored output's chunk boundary is
 masked whole, exactly as ``redact`` masks the whole text. It masks text, not an encoding of
 it: a reader redacts before it escapes (HTML, JSON), or a secret holding ``&``, ``<`` or ``"``
 would be spelled apart and pass.
@@ -218,7 +218,7 @@ class RedactingWriter:
 _RUN = re.compile(r"[A-Za-z0-9_\-/+=]+")
 _LAST_SEPARATOR = re.compile(r"(?s).*[^A-Za-z0-9_\-/+=\\]")
 # (never right after a backslash: in JSON it begins an escape — ``\n`` — after which a token
-# may start, ``store._redact._START``; the escape and the token stay in one piece)
+# may start, ``workers._redact._START``; the escape and the token stay in one piece)
 _MASKED_AT_END = re.compile(r"\[REDACTED\]\Z")
 
 

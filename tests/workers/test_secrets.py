@@ -1,4 +1,4 @@
-"""``store._secrets``: the secrets leave the process's environment at start and are read from one
+"""``workers._secrets``: the secrets leave the process's environment at start and are read from one
 place (issue 22 item 14). Each case runs in a fresh interpreter started with the secrets in its
 environment, as the ``threadloom`` command is: taking them changes the process for good."""
 
@@ -56,7 +56,7 @@ def test_taking_moves_every_secret_out_of_every_copy_of_the_environment() -> Non
     doc = run(
         """
         import json, os, posix, subprocess
-        from store._secrets import env_var, take_secrets, taken_secrets
+        from workers._secrets import env_var, take_secrets, taken_secrets
         names = take_secrets()
         block = open("/proc/self/environ", "rb").read()
         child = subprocess.run(["env"], capture_output=True, text=True).stdout
@@ -91,7 +91,7 @@ def test_no_secret_set_takes_nothing_and_leaves_the_block_as_it_was() -> None:
         """
         import json
         before = open("/proc/self/environ", "rb").read()
-        from store._secrets import take_secrets
+        from workers._secrets import take_secrets
         names = take_secrets()
         after = open("/proc/self/environ", "rb").read()
         print(json.dumps({"names": names, "same": before == after}))
@@ -105,11 +105,11 @@ def test_the_redaction_and_the_bash_scrub_still_know_the_taken_secrets() -> None
     doc = run(
         """
         import json
-        from store._secrets import take_secrets
+        from workers._secrets import take_secrets
         take_secrets()
-        from store import redact
+        from workers import redact
         from workers.tools import scrubbed_environment
-        from store import env_var
+        from workers import env_var
         key = env_var("ANTHROPIC_API_KEY")
         print(json.dumps({
             "redacted": redact(f"the key is {key} and hunter2-but-longer"),
@@ -135,16 +135,22 @@ def test_a_taken_database_url_still_names_the_database(tmp_path: Path) -> None:
         assert not (tmp_path / ".threadloom").exists(), "ls opened a SQLite file, not the URL"
         doc = run(
             f"""
-            import json, os
-            from store._secrets import take_secrets
+            import asyncio, json, os
+            from workers._secrets import take_secrets
             take_secrets()
-            from store._engine import Database
-            d = Database({pg.store_url_for(db.name)!r})
-            print(json.dumps({{"password": d.url.password, "in_env": "PGPASSWORD" in os.environ}}))
+            from orchestrator.api import Orchestrator
+
+            async def main():
+                async with await Orchestrator.open({pg.store_url_for(db.name)!r}) as orch:
+                    password = orch.store.db.url.password
+                print(json.dumps({{"password": password, "in_env": "PGPASSWORD" in os.environ}}))
+
+            asyncio.run(main())
             """,
             {"PGPASSWORD": "pg-secret-123"},
         )
-        # asyncpg would have read PGPASSWORD from the environment: the URL carries it instead
+        # asyncpg would have read PGPASSWORD from the environment: the command hands it to the
+        # store it opens, whose URL carries it
         assert doc == {"password": "pg-secret-123", "in_env": False}
     finally:
         pg.drop_database_sync(db.name)
@@ -155,7 +161,7 @@ def test_the_providers_read_their_key_from_the_taken_secrets(name: str) -> None:
     doc = run(
         f"""
         import json, os
-        from store._secrets import take_secrets
+        from workers._secrets import take_secrets
         take_secrets()
         from workers.providers.anthropic import AnthropicModel
         from workers.providers.openai import OpenAIChatModel
