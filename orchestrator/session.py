@@ -26,7 +26,6 @@ import structlog
 
 from store import (
     Kind,
-    NewMessage,
     Status,
     StatusError,
     Store,
@@ -318,17 +317,16 @@ class JobSession:
         """A new thread sharing ``ref``'s history up to message ``at`` (else the ref's anchor,
         else the end), then ``message``; run unless ``run`` is False (then the fork is returned,
         idle; its model is then only parsed, not built: it may need a key the fork's run will
-        have). A point past the end is the fork's to refuse (``ForkPointError``)."""
-        source, point = await fork_point(self.store, ref, at)
-        await self._check(source, message, model, build=run)
-        fork = await self.store.fork(
-            source.id,
-            at=point,
-            status=Status.IDLE,
-            messages=[NewMessage.user(message)] if message else (),
+        have). A point past the end is the fork's to refuse (``ForkPointError``). The fork is
+        the job's operation (``JobRuntime.fork``, the lead's ``fork_thread`` too): here it
+        hangs under no thread and is stored idle, with ``message``, whether it runs or not."""
+        source, _ = await fork_point(self.store, ref, at)  # whose job forks it
+        await self._check(source, message, model, build=run)  # built and reached when run
+        rt = self._runtime(await self.job_for(source), source.job_id)
+        spec = _canonical(model) if model is not None else None
+        fork = await rt.fork(
+            ref, message, at=at, parent_id=None, status=Status.IDLE, model=spec, build=False
         )
-        if model is not None:
-            fork = await self.store.update_thread(fork.id, model=_canonical(model))
         if not run:
             return fork
         return self._start(fork, fork.job_id, self._run_existing(fork))

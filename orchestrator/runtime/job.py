@@ -57,7 +57,7 @@ from workers.tools import (
     require_sandbox,
 )
 
-from ..errors import LedgerTooLarge, WorktreeError
+from ..errors import LedgerTooLarge, UsageError, WorktreeError
 from ..isolation import Isolation, WorkerTree
 from ..isolation.worktrees import DB_FILES
 from ..jobs import JobSpec, TaskInput, check_tasks
@@ -495,8 +495,9 @@ class JobRuntime:
 
     # ------------------------------------------------------------------ the job's operations
     # One implementation each, for the lead's tools and for every door (``session``): what
-    # differs is a parameter — the dispatch's key, and whether the caller awaits the run it
-    # gets back (the lead does: its workers stop with it) or starts it on its own.
+    # differs is a parameter — the dispatch's key, a fork's parent and status, and whether the
+    # caller awaits the run it gets back (the lead does: its workers stop with it) or starts
+    # it on its own.
 
     async def dispatch(
         self, tasks: Sequence[TaskInput], *, key: str
@@ -550,6 +551,53 @@ class JobRuntime:
             focus=resolved.ref if resolved.start else None,
         )
         return reader, self._answer(reader)
+
+    async def fork(
+        self,
+        ref: str,
+        message: str | None = None,
+        *,
+        at: int | None = None,
+        parent_id: str | None,
+        status: Status,
+        model: str | None = None,
+        build: bool = True,
+        worker_only: bool = False,
+    ) -> ThreadInfo:
+        """A new thread sharing ``ref``'s history up to message ``at`` (else the ref's anchor,
+        else its end: ``threads.fork_point``), then ``message``, stored in the fork's own
+        transaction — the lead's ``fork_thread`` and every door's fork store the same thing,
+        and a fork is never left without the message it was made for. The caller chooses the
+        fork's ``parent_id`` (the lead forking: itself), its ``status`` (``queued`` for one
+        run at once, ``idle`` for one that may be left so) and whether and where it runs (a
+        run with no message of its own: the message is stored).
+
+        A fork point holds no unanswered tool call: the store refuses a point at a turn whose
+        calls are not answered, and forks a mid-turn thread's end at the turn boundary before
+        those calls — so there is nothing for the fork's run to answer, and an idle fork is a
+        thread any run can take as it is. ``model``: a canonical spec the fork runs on instead
+        of its source's. ``build``: the model it will run on is built first, so one that
+        cannot be (a bad spec, a missing key) refuses the fork with nothing stored, as
+        ``dispatch`` does (False: a caller that checked it, or a fork left idle, whose run
+        may have a key this one lacks). ``worker_only``: only a worker of this job may be
+        forked (the lead's tool); anything else is a ``UsageError``, nothing stored."""
+        if message is not None and not message.strip():
+            raise UsageError("the message is empty: say what the fork should do differently")
+        source, point = await threads.fork_point(self.store, ref, at)
+        if worker_only and (source.job_id != self.lead_id or source.kind != Kind.WORKER):
+            raise UsageError(f"{source.ref} is not a worker of this job")
+        if build:
+            self.model_for(source, model)
+        fork = await self.store.fork(
+            source.id,
+            at=point,
+            parent_id=parent_id,
+            status=status,
+            messages=[NewMessage.user(message)] if message else (),
+        )
+        if model is not None:
+            fork = await self.store.update_thread(fork.id, model=model)
+        return fork
 
     async def _answer(self, reader: ThreadInfo) -> AskOutcome:
         outcome = await self.run(reader)

@@ -33,7 +33,7 @@ from store.errors import RefError
 from workers import RunOutcome, ScriptError, prefix_tokens
 from workers.tools import Tool, ToolContext, ToolFailure, ToolInput, ToolOutput
 
-from ..errors import ReadError, WorktreeError
+from ..errors import ReadError, UsageError, WorktreeError
 from ..isolation import merge_refs
 from ..jobs import TaskInput
 from ..outcomes import AskOutcome
@@ -46,7 +46,6 @@ from .pages import (
     split_offset,
 )
 from .prompts import lead_system_prompt
-from .threads import fork_point
 
 _CITATION = REF_IN_TEXT
 MAX_TASKS_PER_DISPATCH = 1000  # a job file may list many tasks; the lead gets them all at once
@@ -100,6 +99,19 @@ class Runtime(Protocol):
     async def ask(
         self, ref: str, question: str, *, model: str | None = None
     ) -> tuple[ThreadInfo, Coroutine[Any, Any, AskOutcome]]: ...
+
+    async def fork(
+        self,
+        ref: str,
+        message: str | None = None,
+        *,
+        at: int | None = None,
+        parent_id: str | None,
+        status: Status,
+        model: str | None = None,
+        build: bool = True,
+        worker_only: bool = False,
+    ) -> ThreadInfo: ...
 
     async def run_worker(
         self,
@@ -315,20 +327,26 @@ class ForkThreadTool(JobTool[ForkInput]):
 
     async def run(self, args: ForkInput, ctx: ToolContext) -> ToolOutput:
         try:
-            src, at = await fork_point(self.rt.store, args.ref, args.at)
-            _of_job(self.rt, src)
             # under the lead running now, queued: it runs in the lead's turn, stops with it
-            fork = await self.rt.store.fork(
-                src.id, at=at, parent_id=self.rt.current_lead, status=Status.QUEUED
+            fork = await self.rt.fork(
+                args.ref,
+                args.message,
+                at=args.at,
+                parent_id=self.rt.current_lead,
+                status=Status.QUEUED,
+                worker_only=True,
             )
-            outcome = await self.rt.run_worker(fork, message=args.message)
+        except (StoreError, UsageError, ValueError, ScriptError) as err:
+            # a bad ref or point, another job's thread, a model that cannot be built
+            raise ToolFailure(str(err)) from None
+        try:
+            outcome = await self.rt.run_worker(fork)  # its message is stored with it
         except StoreError as err:
             raise ToolFailure(str(err)) from None
         payload = result_payload(await self.rt.store.get_thread(fork.id), outcome)
-        payload["forked_from"] = {
-            "ref": src.ref,
-            "at": fork.forked_from.at if fork.forked_from else None,
-        }
+        origin = fork.forked_from
+        assert origin is not None  # a fork's
+        payload["forked_from"] = {"ref": origin.ref, "at": origin.at}
         return ToolOutput(json.dumps(payload, ensure_ascii=False))
 
 
