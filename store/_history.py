@@ -175,6 +175,7 @@ class History:
         status: Status,
         messages: Sequence[NewMessage],
         source_key: str | None = None,
+        model: str | None = None,
     ) -> ThreadInfo:
         """``Store.fork`` inside its transaction: the fork point checked, one thread row."""
         src = _threads.get(tx, source_id)
@@ -197,7 +198,7 @@ class History:
             task=src.task,
             system_prompt=src.system_prompt,
             tools=list(src.tools),
-            model=src.model,
+            model=model or src.model,
             source_key=source_key,
         )
         return _threads.get(tx, fork_id)

@@ -301,8 +301,10 @@ class Store:
         messages: Sequence[NewMessage] = (),
         created_at: datetime | None = None,
         source_key: str | None = None,
+        model: str | None = None,
     ) -> ThreadInfo:
-        """A new thread sharing ``source_id``'s history up to message ``at`` (default: its end).
+        """A new thread sharing ``source_id``'s history up to message ``at`` (default: its end),
+        on ``model`` if given (else its source's).
 
         Stores one thread row and no message rows, whatever the history's length. Refuses a
         point between a tool_use and its result, naming the nearest valid points.
@@ -325,6 +327,7 @@ class Store:
                 status=status,
                 messages=messages,
                 source_key=source_key,
+                model=model,
             ),
             where="forking a thread",
         )

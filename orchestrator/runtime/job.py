@@ -588,16 +588,14 @@ class JobRuntime:
             raise UsageError(f"{source.ref} is not a worker of this job")
         if build:
             self.model_for(source, model)
-        fork = await self.store.fork(
+        return await self.store.fork(
             source.id,
             at=point,
             parent_id=parent_id,
             status=status,
             messages=[NewMessage.user(message)] if message else (),
+            model=model,
         )
-        if model is not None:
-            fork = await self.store.update_thread(fork.id, model=model)
-        return fork
 
     async def _answer(self, reader: ThreadInfo) -> AskOutcome:
         outcome = await self.run(reader)
