@@ -121,7 +121,7 @@ def test_a_host_killed_mid_tool_has_its_thread_resumed_on_another(
     victim = a if pid == a.pid else b
     assert pid in (a.pid, b.pid)  # the run executes on a host, not in the lead's process
     victim.send_signal(sig)  # SIGINT: it ends its runs interrupted, and they move on too
-    victim.wait()
+    victim.wait(timeout=90)
     out, err = lead.communicate(timeout=90)
     assert lead.returncode == 0, err
     assert '"six reported"' in out
