@@ -58,13 +58,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _interruptible() -> None:
-    """In the child before it runs: SIGINT back to its default. A shell that starts the suite in
-    the background (``pytest … &``) has it ignored, every child inherits that, and Python then
-    leaves it ignored: a host sent SIGINT would run on and the test wait on it for ever."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -144,7 +137,7 @@ class Cluster:
     def start(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
             self.cli(*args), cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env=self.env(), preexec_fn=_interruptible,
+            text=True, env=self.env(),
         )  # fmt: skip
 
     def add_host(self, name: str, slots: int = 3) -> subprocess.Popen[str]:
@@ -154,7 +147,7 @@ class Cluster:
         proc = subprocess.Popen(
             self.cli("-v", "worker", "--slots", str(slots), "--task-queue", self.queue),
             cwd=home, stdout=log, stderr=subprocess.STDOUT, text=True,
-            env={**self.env(), "HOME": str(home / "home")}, preexec_fn=_interruptible,
+            env={**self.env(), "HOME": str(home / "home")},
         )  # fmt: skip
         self.hosts.append(proc)
         return proc
