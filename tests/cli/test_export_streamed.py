@@ -5,10 +5,12 @@ redaction masks exactly what ``redact`` masks in the whole text, wherever the pi
 
 The sizes: a streaming export's growth over the baseline does not depend on the output's size
 (measured: ~15 MiB for ``--json``, ~44 MiB with ``--redact``, alike at 40 and 100 MB), so each
-mode's output is only as large as it must be for one whole copy of it (as bytes: the text is
-mostly ASCII; a Python string of it, with the ✓, is twice that) to push that mode past the
-bound: 100 MB for ``--json``, 40 MB for the two ``--redact`` modes, whose redaction of every
-character is what the test's time goes to (~4 MB/s)."""
+mode's output is only as large as it must be for one whole copy of it, by itself, to exceed
+the bound: ``--json`` could hold the output as bytes (about one byte a character here), so
+its output stays 100 MB; ``--redact`` matches its patterns on text, and the text of these
+lines (each with a ✓) is two bytes a character in a Python string, so 40 MB (~77 MB as one
+string) is enough for the two ``--redact`` modes, whose redaction of every character is what
+the test's time goes to (~4 MB/s: 24 s an export at 100 MB)."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from store._redact import HOLD, PIECE, RedactingWriter, refresh_secrets
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-ant-api03-" + "Q" * 40
 HUGE = 100_000_000  # the plain --json export's output
-HUGE_REDACT = 40_000_000  # the --redact exports': 40 MB + their ~44 MiB > 64 MiB as well
+HUGE_REDACT = 40_000_000  # the --redact exports': ~77 MB as one string (see the docstring)
 GROWTH_MIB = 64  # the bound on a big export's peak RSS over a small one's
 LINE = "output line of a very long tool run, 0123456789 ✓\n"
 EVERY = 997  # a secret on every 997th line: some fall across every piece boundary
