@@ -71,6 +71,20 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/blocked-by-tests")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C reaches the commands the tests start, however the suite was started. A suite run
+    in the background of a shell without job control (``pytest … &``, ``nohup``) inherits
+    SIGINT *ignored*, and passes that on to every process it starts (an ignored signal stays
+    ignored across exec): the Ctrl-C tests then saw their ``threadloom`` run to the end and
+    exit 0 instead of 130, and each Temporal host, which stops on SIGINT, held its test's
+    teardown for the whole 20 s of its wait before it was killed. A handler set here (not
+    ignored) becomes the default disposition in the xdist workers and every child."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Under CI the sandbox and the ripgrep path are tested for real, never skipped: a missing
     ``bwrap`` or ``rg`` (or a bubblewrap that does not work here) fails the run at once."""

@@ -36,7 +36,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..exposure import Exposure, Guard, announce, bind, expose
-from ._live import MAX_PER_THREAD, MAX_STREAMS, Streams, TooManyStreams
+from ._live import MAX_PER_THREAD, MAX_STREAMS, POLL_S, Streams, TooManyStreams
 from ._templates import KINDS, STATIC, STATUSES, render
 from ._views import LIST_LIMIT, SEARCH_LIMIT, message_views, server_links, thread_page
 
@@ -89,11 +89,13 @@ def create_app(
     create_dirs: bool = False,
     max_streams: int = MAX_STREAMS,
     max_streams_per_thread: int = MAX_PER_THREAD,
+    poll_s: float = POLL_S,
 ) -> ASGIApp:
     """The viewer over the database ``db`` (a path or URL, as ``--db``; ``create_dirs`` as for
     ``Orchestrator.open``); ``exposure``: what reaches it (``exposure.Guard``: the Host names,
     the token), None to answer anything (an app driven in-process); ``max_streams`` and
-    ``max_streams_per_thread``: the bounds of the live event streams (``_live.Streams``)."""
+    ``max_streams_per_thread``: the bounds of the live event streams (``_live.Streams``);
+    ``poll_s``: how often their one poller reads the followed threads' rows."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -102,7 +104,10 @@ def create_app(
         async with await Orchestrator.open(db, create_dirs=create_dirs) as orch:
             app.state.orch = orch
             app.state.streams = Streams(
-                orch.store, max_streams=max_streams, max_per_thread=max_streams_per_thread
+                orch.store,
+                max_streams=max_streams,
+                max_per_thread=max_streams_per_thread,
+                poll_s=poll_s,
             )
             try:
                 yield

@@ -36,7 +36,9 @@ CONFIGURED_AT = 7  # it starts 7 characters before the boundary
 
 def _output(planted: str, back: int) -> str:
     head = (FILL * (CHUNK // len(FILL) + 1))[: CHUNK - back - 1] + " "
-    return head + planted + " " + FILL * 30_000  # ~2.3 MiB: a second boundary, not reached
+    # ~1.1 MiB: past the boundary, a tail to stream on after the key (a second boundary, at
+    # 2 MiB, would add only more of the same filler to escape and scan)
+    return head + planted + " " + FILL * 3_000
 
 
 async def _build(path: Path) -> str:

@@ -74,5 +74,10 @@ def bearer_proxy(upstream_port: int, token: str) -> Iterator[int]:
         yield int(listener.getsockname()[1])
     finally:
         stop.set()
+        # close() alone does not wake a thread blocked in accept() (Linux): each use of the
+        # proxy then waited out the whole join below, 5 s; shutdown() makes accept() fail now
+        with contextlib.suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)
         listener.close()
         thread.join(timeout=5)
+        assert not thread.is_alive(), "the proxy's accept loop did not stop"

@@ -319,16 +319,22 @@ async def test_first_calls_at_once_from_one_client_make_one_job(serve: Serve) ->
 
 
 @pytest.mark.slow
-async def test_a_worker_of_70_seconds_returns_pending_and_wait_collects_it(serve: Serve) -> None:
+async def test_a_worker_longer_than_one_call_returns_pending_and_wait_collects_it(
+    serve: Serve,
+) -> None:
     """Longer than any client lets one call run: dispatch answers within wait_s, and wait (each
-    call at most 50 s) collects it."""
+    call at most 50 s: a longer one is refused) collects it over several calls. The worker runs
+    conftest's LONG_S (6 s) against waits of 2 s: the same path as a 70 s worker against waits
+    of 50 s, which this test ran before, at 70 s of the suite's time."""
     async with serve() as app, client(app) as c:
         out = data(await c.call_tool("dispatch", {"tasks": [task("long")], "wait_s": 1}))
         assert out["pending"] and out["workers"][0]["status"] in ("queued", "running")
+        too_long = await c.call_tool("wait", {"refs": out["pending"], "timeout_s": 70})
+        assert too_long.is_error and "timeout_s" in text(too_long), text(too_long)
         calls = 0
         while out["pending"]:
             calls += 1
-            out = data(await c.call_tool("wait", {"refs": out["pending"], "timeout_s": 50}))
+            out = data(await c.call_tool("wait", {"refs": out["pending"], "timeout_s": 2}))
     assert calls >= 2  # no single wait could have held it
     assert out["workers"][0]["result"]["summary"] == "ran long"
 

@@ -79,16 +79,17 @@ def test_show_json_of_every_thread_carries_its_links(chain: tuple[Path, Chain]) 
         "w2b": (c.ref("w2"), None),
         "w3": (None, None),
     }
+    shown: dict[str, Any] = {}
     for name, (continues, continued_by) in links.items():
-        shown = json.loads(both(db, "--json", "show", c.ref(name)))
-        assert (shown["continues"], shown["continued_by"]) == (continues, continued_by), name
+        shown[name] = doc = json.loads(both(db, "--json", "show", c.ref(name)))
+        assert (doc["continues"], doc["continued_by"]) == (continues, continued_by), name
         # the SPEC keys stay
-        assert {"ref", "kind", "status", "title", "parent", "forked_from", "result"} <= set(shown)
+        assert {"ref", "kind", "status", "title", "parent", "forked_from", "result"} <= set(doc)
     # a successor worker hangs under its predecessor's parent: the lead that dispatched it
-    w2b = json.loads(both(db, "--json", "show", c.ref("w2b")))
+    w2b = shown["w2b"]
     assert (w2b["kind"], w2b["parent"], w2b["job"]) == ("worker", c.ref("lead1"), c.ref("lead1"))
     # a later lead of the job has no parent; its job is the first lead's ref
-    lead2 = json.loads(both(db, "--json", "show", c.ref("lead2")))
+    lead2 = shown["lead2"]
     assert (lead2["kind"], lead2["parent"], lead2["job"]) == ("lead", None, c.ref("lead1"))
     listed = {r["ref"]: r for r in json.loads(both(db, "--json", "ls", "--job", c.ref("w3")))}
     assert listed[c.ref("lead2")]["continued_by"] == c.ref("lead3")

@@ -129,7 +129,9 @@ def test_the_hostile_pages_corpus(tmp_path: Path) -> None:
         if bad:
             failures.append(f"{where}: {bad[:4]}")
 
-    with TestClient(create_app(str(db))) as client:
+    # the live events poll every 10 ms, not 0.25 s: each stream after the first waits for the
+    # poller's next round, and 16 of them waited 4 s on that clock
+    with TestClient(create_app(str(db), poll_s=0.01)) as client:
         for ref, payload in threads:
             check(f"page {payload[:20]!r}", client.get(f"/t/{ref}").text)
             events = client.get(f"/t/{ref}/events", params={"after": 0}).text

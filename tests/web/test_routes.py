@@ -8,6 +8,7 @@ from pathlib import Path
 
 from starlette.testclient import TestClient
 
+from orchestrator.web import create_app
 from orchestrator.web._views import PAGE
 
 from ._data import HUGE_CHARS, LONG_LINES, Refs
@@ -216,18 +217,23 @@ LAST_IDS = [None, "5", "-1", "abc", "\u00b2", "99999999999999999999"]
 
 
 def test_no_parameter_of_the_events_stream_fails_once_it_has_started(
-    client: TestClient, refs: Refs
+    db: tuple[str, Refs], refs: Refs
 ) -> None:
-    # the client raises any error of the app, one after the response started included
-    for after in AFTERS:
-        for last_id in LAST_IDS:
-            headers = {"last-event-id": last_id.encode("latin-1")} if last_id else {}
-            r = client.get(f"/t/{refs.worker}/events", params={"after": after}, headers=headers)
-            if r.status_code == 400:
-                assert r.text.count("after: ") == 1
-                continue
-            assert r.status_code == 200 and r.text.startswith("retry: 1000\n\n"), (after, last_id)
-            assert r.text.rstrip().endswith("event: end\ndata: {}")
+    # the client raises any error of the app, one after the response started included. Each
+    # stream after the first waits for the running poller's next round: at its 0.25 s, the 60
+    # streams here took 10 s waiting on that clock, so this app polls every 10 ms
+    with TestClient(create_app(db[0], poll_s=0.01)) as client:
+        for after in AFTERS:
+            for last_id in LAST_IDS:
+                headers = {"last-event-id": last_id.encode("latin-1")} if last_id else {}
+                params = {"after": after}
+                r = client.get(f"/t/{refs.worker}/events", params=params, headers=headers)
+                if r.status_code == 400:
+                    assert r.text.count("after: ") == 1
+                    continue
+                assert r.status_code == 200, (after, last_id)
+                assert r.text.startswith("retry: 1000\n\n"), (after, last_id)
+                assert r.text.rstrip().endswith("event: end\ndata: {}")
 
 
 def test_a_query_the_store_cannot_search_is_never_a_500(client: TestClient) -> None:

@@ -585,6 +585,34 @@ async def test_a_second_cancellation_a_few_steps_after_the_first_still_ends_inte
         assert len(uses) == 2 and sorted(uses) == sorted(answers), gap
 
 
+async def test_a_tool_call_longer_than_the_lease_keeps_it_renewed_and_the_run_ends_done(
+    store: Store, workspace: Path
+) -> None:
+    """A run whose one tool call lasts three of its lease's lifetimes: the lease is renewed in
+    the background meanwhile (every third of the TTL), so no one may take the thread over, the
+    result is stored and the run ends done, its lease given back. (MCP's long-worker test ran
+    a 70 s worker past the default 60 s TTL and so covered this; it now runs 6 s.)"""
+    tid = await new_worker(store)
+    started = workspace / "started"
+    model = scripted(tool_response(("bash", {"command": f"touch {started}; sleep 3"})), submit())
+    task = asyncio.create_task(
+        run(store, tid, model, workspace, owner="A", config=LoopConfig(lease_ttl_s=1.0))
+    )
+    while not started.exists():
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(1.5)  # past the TTL the lease was first taken with
+    with pytest.raises(LeaseHeld):
+        await store.leases.acquire(tid, "B", ttl_s=60)  # still A's: it was renewed
+    outcome = await task
+    assert outcome.status == Status.DONE
+    info = await store.get_thread(tid)
+    assert info.status == Status.DONE and info.lease_owner is None
+    answers = [
+        b for m in await store.messages(tid) for b in m.content if isinstance(b, ToolResultBlock)
+    ]
+    assert not answers[0].is_error and "[exit code: 0]" in answers[0].text  # the whole sleep
+
+
 async def _two_runners(store: Store, workspace: Path, *, ttl: float, release: bool) -> None:
     # issue 9 item 12: runner A is mid-tool when runner B takes its lease over; A must write
     # nothing after that (no tool result, no status) and B carries the thread on
