@@ -7,17 +7,10 @@ Provider tests run the real SDKs against loopback fake servers (``tests/fakes``)
 from __future__ import annotations
 
 import ipaddress
-import signal
 import socket
 from typing import Any
 
 import pytest
-
-if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-    # a shell that starts the suite in the background (``pytest … &``) ignores SIGINT in it, and
-    # every process a test starts would inherit that: the Ctrl-C tests' commands (exit 130, a
-    # host that ends its runs interrupted) would run on as if never sent it
-    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex
