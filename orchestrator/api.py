@@ -54,6 +54,16 @@ class RunPlace:
     sandbox: str
 
 
+async def open_database(db: str, *, create_dirs: bool = False, migrate: bool = True) -> Store:
+    """The store at ``db`` as every command opens it: a PostgreSQL URL without a password gets
+    the PGPASSWORD the command took out of its environment at start (``workers._secrets``)."""
+    from workers import env_var
+
+    return await Store.open(
+        db, create_dirs=create_dirs, migrate=migrate, password=env_var("PGPASSWORD")
+    )
+
+
 class Orchestrator:
     """Runs jobs and threads over one store. ``on_event`` receives every thread's progress;
     ``env`` is extra environment for the workers' ``bash`` (secret-named variables are never
@@ -89,10 +99,7 @@ class Orchestrator:
 
     @classmethod
     async def open(cls, db: str, *, create_dirs: bool = False, **kw: Any) -> Orchestrator:
-        from workers import env_var
-
-        store = await Store.open(db, create_dirs=create_dirs, password=env_var("PGPASSWORD"))
-        return cls(store, owns_store=True, **kw)
+        return cls(await open_database(db, create_dirs=create_dirs), owns_store=True, **kw)
 
     async def close(self) -> None:
         if self._owns_store:

@@ -39,7 +39,7 @@ from . import chain
 from .errors import EXIT_USAGE, OrchestratorError, UsageError
 from .jobs import JobSpec, TaskInput, load_job
 from .outcomes import AskOutcome, JobOutcome
-from .runtime import JobRuntime, create_lead, fork_point, job_of
+from .runtime import JobRuntime, check_message, create_lead, fork_point, job_of
 from .runtime.lead_tools import check_citations
 from .runtime.outcome import job_outcome, usage_by_thread
 from .runtime.report_check import check_report
@@ -320,12 +320,12 @@ class JobSession:
         have). A point past the end is the fork's to refuse (``ForkPointError``). The fork is
         the job's operation (``JobRuntime.fork``, the lead's ``fork_thread`` too): here it
         hangs under no thread and is stored idle, with ``message``, whether it runs or not."""
-        source, _ = await fork_point(self.store, ref, at)  # whose job forks it
+        source, point = await fork_point(self.store, ref, at)
         await self._check(source, message, model, build=run)  # built and reached when run
         rt = self._runtime(await self.job_for(source), source.job_id)
         spec = _canonical(model) if model is not None else None
         fork = await rt.fork(
-            ref, message, at=at, parent_id=None, status=Status.IDLE, model=spec, build=False
+            source, point, message, parent_id=None, status=Status.IDLE, model=spec, build=False
         )
         if not run:
             return fork
@@ -566,9 +566,3 @@ def _canonical(model: str) -> str:
     from workers import parse_model_spec
 
     return str(parse_model_spec(model))
-
-
-def check_message(message: str | None) -> None:
-    """A message given to a thread says something: an empty one would be stored for good."""
-    if message is not None and not message.strip():
-        raise UsageError("the message is empty: say what the thread should do next")

@@ -162,8 +162,7 @@ async def open_store(
     only reads, or needs a thread that exists): a SQLite file that does not exist is not
     created — exit 3, naming the file it looked for, unless one of ``refs`` (the command's)
     is bad syntax, which is said first (exit 2), as with a database."""
-    from store import Store
-
+    from ..api import open_database
     from ..logging import get_logger
 
     missing = None if create else missing_database(app)
@@ -176,9 +175,7 @@ async def open_store(
             ThreadRef.parse(ref)
         raise CliError(no_database(missing), EXIT_NOT_FOUND)
     url, create_dirs = app.database()
-    store = await Store.open(
-        url, create_dirs=create_dirs, migrate=migrate, password=env_var("PGPASSWORD")
-    )
+    store = await open_database(url, create_dirs=create_dirs, migrate=migrate)
     get_logger(__name__).debug("database.opened", database=store.db.display)
     return store
 

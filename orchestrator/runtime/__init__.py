@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .job import JobRuntime, ModelFactory, ModelKey, model_key, run_workspace
     from .ledger import Ledger, check_lead_context, handoff_ledger, job_ledger
     from .pages import DEFAULT_MAX_CHARS, Mode, Page, read_page
-    from .threads import create_lead, fork_point, job_of
+    from .threads import check_message, create_lead, fork_point, job_of
 
 _WHERE = {
     "DEFAULT_MAX_CHARS": ".pages",
@@ -27,6 +27,7 @@ _WHERE = {
     "ModelKey": ".job",
     "Page": ".pages",
     "check_lead_context": ".ledger",
+    "check_message": ".threads",
     "create_lead": ".threads",
     "fork_point": ".threads",
     "handoff_ledger": ".ledger",
@@ -46,6 +47,7 @@ __all__ = [
     "ModelKey",
     "Page",
     "check_lead_context",
+    "check_message",
     "create_lead",
     "fork_point",
     "handoff_ledger",

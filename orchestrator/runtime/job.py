@@ -552,20 +552,27 @@ class JobRuntime:
         )
         return reader, self._answer(reader)
 
+    def own_worker(self, info: ThreadInfo) -> ThreadInfo:
+        """``info`` if it is a worker of this job (what the lead may read, resume or fork), else
+        a ``UsageError``."""
+        if info.job_id != self.lead_id or info.kind != Kind.WORKER:
+            raise UsageError(f"{info.ref} is not a worker of this job")
+        return info
+
     async def fork(
         self,
-        ref: str,
+        source: ThreadInfo,
+        point: int | None,
         message: str | None = None,
         *,
-        at: int | None = None,
         parent_id: str | None,
         status: Status,
         model: str | None = None,
         build: bool = True,
         worker_only: bool = False,
     ) -> ThreadInfo:
-        """A new thread sharing ``ref``'s history up to message ``at`` (else the ref's anchor,
-        else its end: ``threads.fork_point``), then ``message``, stored in the fork's own
+        """A new thread sharing ``source``'s history up to message ``point`` (None: its end; the
+        caller finds both with ``threads.fork_point``), then ``message``, stored in the fork's own
         transaction — the lead's ``fork_thread`` and every door's fork store the same thing,
         and a fork is never left without the message it was made for. The caller chooses the
         fork's ``parent_id`` (the lead forking: itself), its ``status`` (``queued`` for one
@@ -581,11 +588,9 @@ class JobRuntime:
         ``dispatch`` does (False: a caller that checked it, or a fork left idle, whose run
         may have a key this one lacks). ``worker_only``: only a worker of this job may be
         forked (the lead's tool); anything else is a ``UsageError``, nothing stored."""
-        if message is not None and not message.strip():
-            raise UsageError("the message is empty: say what the fork should do differently")
-        source, point = await threads.fork_point(self.store, ref, at)
-        if worker_only and (source.job_id != self.lead_id or source.kind != Kind.WORKER):
-            raise UsageError(f"{source.ref} is not a worker of this job")
+        threads.check_message(message)
+        if worker_only:
+            self.own_worker(source)
         if build:
             self.model_for(source, model)
         return await self.store.fork(

@@ -21,7 +21,6 @@ from pydantic import Field
 
 from store import (
     REF_IN_TEXT,
-    Kind,
     Result,
     Status,
     Store,
@@ -46,6 +45,7 @@ from .pages import (
     split_offset,
 )
 from .prompts import lead_system_prompt
+from .threads import fork_point
 
 _CITATION = REF_IN_TEXT
 MAX_TASKS_PER_DISPATCH = 1000  # a job file may list many tasks; the lead gets them all at once
@@ -92,6 +92,8 @@ class Runtime(Protocol):
     @property
     def current_lead(self) -> str: ...
 
+    def own_worker(self, info: ThreadInfo) -> ThreadInfo: ...
+
     async def dispatch(
         self, tasks: Sequence[TaskInput], *, key: str
     ) -> list[tuple[ThreadInfo, Coroutine[Any, Any, RunOutcome]]]: ...
@@ -102,10 +104,10 @@ class Runtime(Protocol):
 
     async def fork(
         self,
-        ref: str,
+        source: ThreadInfo,
+        point: int | None,
         message: str | None = None,
         *,
-        at: int | None = None,
         parent_id: str | None,
         status: Status,
         model: str | None = None,
@@ -328,10 +330,11 @@ class ForkThreadTool(JobTool[ForkInput]):
     async def run(self, args: ForkInput, ctx: ToolContext) -> ToolOutput:
         try:
             # under the lead running now, queued: it runs in the lead's turn, stops with it
+            source, point = await fork_point(self.rt.store, args.ref, args.at)
             fork = await self.rt.fork(
-                args.ref,
+                source,
+                point,
                 args.message,
-                at=args.at,
                 parent_id=self.rt.current_lead,
                 status=Status.QUEUED,
                 worker_only=True,
@@ -391,9 +394,10 @@ async def _job_worker(rt: Runtime, ref: str) -> ThreadInfo:
 
 
 def _of_job(rt: Runtime, info: ThreadInfo) -> ThreadInfo:
-    if info.job_id != rt.lead_id or info.kind != Kind.WORKER:
-        raise ToolFailure(f"{info.ref} is not a worker of this job")
-    return info
+    try:
+        return rt.own_worker(info)
+    except UsageError as err:
+        raise ToolFailure(str(err)) from None
 
 
 def lead_tools(rt: Runtime) -> list[Tool[Any]]:

@@ -35,7 +35,7 @@ from workers import (
 )
 from workers.providers import parse_model_spec
 
-from ..errors import DispatchError
+from ..errors import DispatchError, UsageError
 from ..isolation import Isolation
 from ..jobs import JobSpec, TaskInput, TaskSpec
 from .prompts import imported_system_prompt, lead_system_prompt, reader_system_prompt
@@ -156,6 +156,12 @@ async def spawn_request(
             )
         )  # fmt: skip
     return SpawnRequest(lead_id, tool_use_id, tuple(workers))
+
+
+def check_message(message: str | None) -> None:
+    """A message given to a thread says something: an empty one would be stored for good."""
+    if message is not None and not message.strip():
+        raise UsageError("the message is empty: say what the thread should do next")
 
 
 async def fork_point(store: Store, ref: str, at: int | None) -> tuple[ThreadInfo, int | None]:

@@ -374,10 +374,9 @@ class _EventStream(StreamingResponse):
 async def _probe(db: str, *, create_dirs: bool) -> None:
     """Open (and migrate) the database once before serving: a database that cannot be opened
     is the store's error, reported as for any command, not a traceback in uvicorn's log."""
-    from store import Store
-    from workers import env_var
+    from ..api import open_database
 
-    async with await Store.open(db, create_dirs=create_dirs, password=env_var("PGPASSWORD")):
+    async with await open_database(db, create_dirs=create_dirs):
         pass
 
 

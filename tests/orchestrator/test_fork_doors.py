@@ -223,7 +223,7 @@ async def test_the_fork_stores_its_message_itself_so_an_unrun_fork_is_whole(
         rt = orch.runtime(job.spec, lead.id)
         try:
             fork = await rt.fork(
-                source.ref, MESSAGE, parent_id=lead.id, status=Status.QUEUED, worker_only=True
+                source, None, MESSAGE, parent_id=lead.id, status=Status.QUEUED, worker_only=True
             )
             assert (fork.status, fork.head_seq, fork.parent_id) == (Status.QUEUED, 2, lead.id)
             [stored] = await orch.store.messages(fork.id, start=2)
@@ -232,10 +232,10 @@ async def test_the_fork_stores_its_message_itself_so_an_unrun_fork_is_whole(
             assert outcome.status == Status.DONE and outcome.final_text == REPLY
             assert (await orch.store.get_thread(fork.id)).head_seq == 3
             with pytest.raises(UsageError, match="message is empty"):
-                await rt.fork(source.ref, "  ", parent_id=lead.id, status=Status.QUEUED)
+                await rt.fork(source, None, "  ", parent_id=lead.id, status=Status.QUEUED)
             with pytest.raises(UsageError, match="is not a worker of this job"):
                 await rt.fork(
-                    lead.ref, MESSAGE, parent_id=lead.id, status=Status.QUEUED, worker_only=True
+                    lead, None, MESSAGE, parent_id=lead.id, status=Status.QUEUED, worker_only=True
                 )
         finally:
             await rt.aclose()
