@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from contextlib import closing
 from datetime import datetime
 from typing import NoReturn
 
@@ -119,7 +120,8 @@ class History:
         """Messages ``start..end`` of the thread's visible history. ``small``: ``Later`` when
         they are more than ``INLINE_ROWS`` or ``INLINE_CHARS`` (a read on the event loop's
         thread goes to the pool instead). A long segment on SQLite is read ``CHUNK_ROWS``
-        messages a row (``JOINED_CHUNK_SQL``), each chunk built as it comes."""
+        messages a row (``JOINED_CHUNK_SQL``), each chunk built as it comes while SQLite reads
+        the next ones (``Tx.fetch_each``)."""
         head, chain = self.chain(tx, thread_id)
         segs = segments(head, chain, start, end)
         count = sum(hi - lo + 1 for _, lo, hi in segs)
@@ -139,19 +141,20 @@ class History:
                         _missing(owner, lo, hi, len(rows))
                     out.extend(segment_messages(owner, lo, rows))
                     continue
-                for first in range(lo, hi + 1, CHUNK_ROWS):
-                    last = min(first + CHUNK_ROWS - 1, hi)
-                    row = tx.fetchone(JOINED_CHUNK_SQL, {"owner": owner, "lo": first, "hi": last})
-                    assert row is not None  # an aggregate: always one row
-                    if row[0] != last - first + 1:
-                        _missing(owner, first, last, row[0])
-                    try:
-                        joined_chunk(owner, first, row, JOINED_SEP, out)
-                    except ValueError as err:
-                        raise StoreError(
-                            f"{format_ref(owner)}: stored messages #{first}-{last} cannot be"
-                            f" read: {err}"
-                        ) from err
+                chunks = [(a, min(a + CHUNK_ROWS - 1, hi)) for a in range(lo, hi + 1, CHUNK_ROWS)]
+                params = [{"owner": owner, "lo": a, "hi": b} for a, b in chunks]
+                with closing(tx.fetch_each(JOINED_CHUNK_SQL, params)) as fetched:
+                    for (first, last), row in zip(chunks, fetched, strict=True):
+                        assert row is not None  # an aggregate: always one row
+                        if row[0] != last - first + 1:
+                            _missing(owner, first, last, row[0])
+                        try:
+                            joined_chunk(owner, first, row, JOINED_SEP, out)
+                        except ValueError as err:
+                            raise StoreError(
+                                f"{format_ref(owner)}: stored messages #{first}-{last} cannot"
+                                f" be read: {err}"
+                            ) from err
         return out
 
     def ancestry(self, tx: Tx, thread_id: str) -> list[tuple[str, int]]:
