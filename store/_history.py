@@ -51,15 +51,15 @@ JOINED_SEP = "\x1f"
 
 
 JOINED_CHUNK_SQL = (
-    "SELECT count(*), group_concat(content, ','),"
+    "SELECT count(*), '[' || coalesce(group_concat(content, ','), '') || ']',"
     f" group_concat(role, '{JOINED_SEP}'), group_concat(created_at, '{JOINED_SEP}')"
     " FROM (SELECT content, role, created_at FROM messages"
     " WHERE thread_id = :owner AND seq BETWEEN :lo AND :hi ORDER BY seq)"
 )
-"""``HISTORY_SQL``'s rows of a chunk of a segment as one row: (count, the contents joined by
-commas, the roles and the timestamps each joined by ``JOINED_SEP``), in seq order — the
-aggregate reads its ordered subquery in order, which SQLite never flattens into an aggregate
-(``_stored.joined_chunk``)."""
+"""``HISTORY_SQL``'s rows of a chunk of a segment as one row: (count, the contents as one JSON
+array, the roles and the timestamps each joined by ``JOINED_SEP``), in seq order — the aggregate
+reads its ordered subquery in order, which SQLite never flattens into an aggregate
+(``_stored.joined_chunk``). SQLite makes the array, on the thread that fetches ahead."""
 
 
 def segments(

@@ -43,6 +43,7 @@ costs the same at message 20 and at message 20,000.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -239,7 +240,7 @@ def _made_before(history: Sequence[Message], key: tuple[str, str]) -> tuple[int,
     message holding the newest one's output. The walk back goes through tool results only: it
     stops at a turn without that call, or at a user message that says something."""
     times, ref, answered = 0, "", ""
-    for message in reversed(history[:-1]):
+    for message in itertools.islice(reversed(history), 1, None):  # no copy of a long history
         if message.role == "user":
             if any(isinstance(b, TextBlock) and b.text.strip() for b in message.content):
                 break

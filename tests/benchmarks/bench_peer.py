@@ -27,7 +27,7 @@ Figures:
 - fan-out: 100 workers × 10 model turns, 8 at once — wall ms per worker turn. Goal ≤ 0.8×.
 - small job: one worker, 10 turns — the wall time of the whole job (its fixed cost). Goal ≤ 1×.
 - long thread: a 20,000-message history (one user message, 9,999 tool call/result pairs, a final
-  reply) written once, then per round: load it (``Store.messages`` / ``get_items``; goal ≤ 1×),
+  reply) written once, then per round: load it (``Store.messages`` / ``get_items``; goal ≤ 0.8×),
   and continue it by one turn (``Orchestrator.resume`` / ``Runner.run`` on the session: read
   the history, one model call, the reply stored; goal ≤ 1×).
 - turn cost by length (threadloom alone): a thread resumed for 20 tool turns at message 20 and
@@ -607,7 +607,7 @@ async def main(quick: bool) -> dict[str, Any]:
                 "sdk": round(sdk_write * 1e3, 1),
                 "note": "once, not a goal",
             },
-            "load": figure(loads["threadloom"], loads["sdk"], 1.0, what="read the history"),
+            "load": figure(loads["threadloom"], loads["sdk"], 0.8, what="read the history"),
             "continue_one_turn": figure(
                 conts["threadloom"],
                 conts["sdk"],
