@@ -95,7 +95,7 @@ class SqliteTx(Tx):
     def fetch_each(self, sql: str, params: Sequence[Params]) -> Generator[Row | None]:
         """``Tx.fetch_each``, fetched ahead on a helper thread: ``sqlite3`` lets go of the GIL
         while SQLite steps, so SQLite reading row k + 1 overlaps the caller's work on row k (a
-        20,000-message history read in 40 chunks: ~10 ms of its ~45 were SQLite's, and ~6 of
+        20,000-message history, read in 20 chunks: ~10 ms of its ~45 were SQLite's, and most of
         them now overlap the build, ``tests/benchmarks/bench_peer.py``). At most ``AHEAD`` rows
         wait; the connection is the helper's alone until the iterator is done or closed, which
         stops the helper and waits for it. An error of SQLite's is raised where its row would
