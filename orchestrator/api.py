@@ -164,12 +164,14 @@ class Orchestrator:
             return [await run.wait() for run in await s.dispatch(job_ref, tasks)]
 
     async def resume(
-        self, ref: str, message: str | None = None, *, model: str | None = None
+        self, ref: str, message: str | None = None, *, model: str | None = None, **knobs: Any
     ) -> JobOutcome:
         """Continue a thread (its handoff chain's newest) with its whole history and ``message``;
-        a lead's ref resumes the whole job: finished workers reused, interrupted ones resumed."""
+        a lead's ref resumes the whole job: finished workers reused, interrupted ones resumed.
+        ``knobs``: this run's own run options (``jobs.RunKnobs``: ``max_output_tokens``,
+        ``request_timeout_s``), for every thread it runs."""
         async with self.session() as s:
-            run = await s.resume(ref, message, model=model, refuse_running=False)
+            run = await s.resume(ref, message, model=model, refuse_running=False, knobs=knobs)
             return await run.wait()
 
     async def check_resume(
@@ -185,11 +187,13 @@ class Orchestrator:
         *,
         model: str | None = None,
         run: bool = True,
+        **knobs: Any,
     ) -> JobOutcome | ThreadInfo:
         """A new thread sharing ``ref``'s history up to its anchor (default: the end), then
-        ``message``; run to the end unless ``run`` is False (then the fork is returned, idle)."""
+        ``message``; run to the end unless ``run`` is False (then the fork is returned, idle).
+        ``knobs``: the run's own run options, as ``resume``'s."""
         async with self.session() as s:
-            got = await s.fork(ref, message, model=model, run=run)
+            got = await s.fork(ref, message, model=model, run=run, knobs=knobs)
             return got if isinstance(got, ThreadInfo) else await got.wait()
 
     async def ask(self, ref: str, question: str, *, model: str | None = None) -> AskOutcome:

@@ -15,13 +15,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+    field_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from workers import context_window
 from workers.tools import DEFAULT_WORKER_TOOLS, TOOL_REGISTRY, ToolInput
 
-from .errors import DispatchError, JobFileError
+from .errors import DispatchError, JobFileError, UsageError
+from .tomllines import TomlLines
 
 DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
 DEFAULT_LEAD_CONTEXT_TOKENS = 100_000
@@ -367,7 +376,7 @@ def parse_job(text: str, *, name: str, base_dir: Path, **overrides: Any) -> JobS
         msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(err))
         where = f"{name}:{m.group(1)}" if m else name
         raise JobFileError(f"{where}: not valid TOML: {msg}") from None
-    locate = _Locator(text)
+    locate = TomlLines(text)
     extra_top = [k for k in data if k not in ("job", "task")]
     if extra_top:
         raise JobFileError(
@@ -414,7 +423,7 @@ def parse_job(text: str, *, name: str, base_dir: Path, **overrides: Any) -> JobS
     return spec
 
 
-def _check_remote(spec: JobSpec, name: str, locate: _Locator) -> str:
+def _check_remote(spec: JobSpec, name: str, locate: TomlLines) -> str:
     """``job.remote`` as stored: a relative local path made absolute (every host reads the
     same), or the error naming its line. A URL carrying a credential is refused, not echoed:
     threadloom stores none (each host's git configuration authenticates)."""
@@ -450,6 +459,7 @@ class RunOption:
     metavar: str | None = None
     server: str = ""
     mcp: str = ""
+    thread: str = ""  # ``resume``'s and ``fork``'s flag: this run's value, for its every thread
 
     @property
     def flag(self) -> str:
@@ -494,12 +504,15 @@ RUN_OPTIONS = (
         "max_output_tokens",
         "Output-token ceiling of each model reply ([job] max_output_tokens).",
         metavar="N",
+        thread="Output-token ceiling of each model reply of this run (else the job's).",
     ),
     RunOption(
         "request_timeout_s",
         "Seconds one model request may take before it is cut ([job] request_timeout_s).",
         cli="--request-timeout",
         metavar="S",
+        thread="Seconds one model request of this run may take before it is cut (else the"
+        " job's; a thread outside any job: the provider's, 300 for openai:).",
     ),
     RunOption(
         "sandbox",
@@ -511,14 +524,41 @@ RUN_OPTIONS = (
 )
 """The run options, declared once: ``cli._app.run_flags``, ``mcp._tools.with_run_options``."""
 
+RunKnobs = create_model(
+    "RunKnobs",
+    __base__=_Strict,
+    **{
+        o.key: (JobSpec.model_fields[o.key].annotation, JobSpec.model_fields[o.key])
+        for o in RUN_OPTIONS
+        if o.thread
+    },  # type: ignore[call-overload]
+)
+"""The run options of a run of a thread that exists (``RunOption.thread``), each typed and
+bounded as its ``JobSpec`` field."""
 
-def _where(name: str, locate: _Locator, file_loc: tuple[Any, ...], flags: dict[str, Any]) -> str:
+
+def for_one_run(job: JobSpec, **knobs: Any) -> JobSpec:
+    """``job`` as one run of a thread that exists (``resume``, ``fork``) is given it: each of
+    ``knobs`` (``RunKnobs``; None: not given) replaces the job's value and the workers' own
+    ``[job.worker]`` one, so it holds for every thread of the run. ``UsageError`` names a
+    value out of its bounds."""
+    try:
+        given = RunKnobs.model_validate(knobs).model_dump(exclude_none=True)
+    except ValidationError as err:
+        e = err.errors()[0]
+        raise UsageError(f"{'.'.join(map(str, e['loc']))}: {e['msg']}") from None
+    if not given:
+        return job
+    return job.model_copy(update={**given, "worker": job.worker.model_copy(update=given)})
+
+
+def _where(name: str, locate: TomlLines, file_loc: tuple[Any, ...], flags: dict[str, Any]) -> str:
     if len(file_loc) == 2 and file_loc[0] == "job" and file_loc[1] in flags:
         return next((o.flag for o in RUN_OPTIONS if o.key == file_loc[1]), f"--{file_loc[1]}")
     return f"{name}:{locate.line(file_loc)}"
 
 
-def _check_models(spec: JobSpec, name: str, locate: _Locator, flags: dict[str, Any]) -> None:
+def _check_models(spec: JobSpec, name: str, locate: TomlLines, flags: dict[str, Any]) -> None:
     """Every model spec the job names parses (SPEC §Model specs), or the error names its key
     and line (or its flag)."""
     from workers import ModelSpecError, parse_model_spec
@@ -548,7 +588,7 @@ _FIELD_NAMES = {
 def _describe(
     err: ValidationError,
     name: str,
-    locate: _Locator,
+    locate: TomlLines,
     raw: dict[str, Any],
     flags: dict[str, Any] | None = None,
 ) -> str:
@@ -582,69 +622,3 @@ def _describe(
     if where.startswith("--"):
         return f"{where}: {e['msg']} (got {e.get('input')!r})"
     return f"{where}: {label}: {e['msg']}"
-
-
-class _Locator:
-    """Finds the line of a key in TOML text (tomllib keeps no positions). Good enough for the
-    files people write: ``[job]``, ``[job.worker]`` and ``[[task]]`` headers with keys below."""
-
-    def __init__(self, text: str) -> None:
-        # TOML ends lines at "\n" only; ``str.splitlines`` would also split at U+2028 & co.
-        # inside strings and shift every line number after them
-        self.lines = [line.rstrip("\r") for line in text.split("\n")]
-
-    def header_line(self, header: str) -> int | None:
-        """1-based line of the first ``header`` (e.g. ``[task]``), or None."""
-        found = self._header_lines(header)
-        return found[0] + 1 if found else None
-
-    def _header_lines(self, header: str) -> list[int]:
-        pat = re.compile(r"^\s*" + re.escape(header) + r"\s*(#.*)?$")
-        return [i for i, line in enumerate(self.lines) if pat.match(line)]
-
-    def _key_after(self, start: int, key: str) -> int | None:
-        pat = re.compile(r"^\s*" + re.escape(key) + r"\s*=")
-        for i in range(start + 1, len(self.lines)):
-            if self.lines[i].lstrip().startswith("["):
-                return None
-            if pat.match(self.lines[i]):
-                return i
-        return None
-
-    def line(self, loc: tuple[Any, ...]) -> int:
-        """1-based line of ``loc`` (e.g. ("job", "model"), ("task", 2, "id")); the nearest
-        enclosing header when the key itself is not written in the file."""
-        if not loc:
-            return 1
-        if loc[0] == "task":
-            headers = self._header_lines("[[task]]")
-            if len(loc) == 1:
-                return headers[0] + 1 if headers else 1
-            idx = loc[1] if isinstance(loc[1], int) else 0
-            if idx >= len(headers):
-                return 1
-            start = headers[idx]
-            if len(loc) > 2:
-                found = self._key_after(start, str(loc[2]))
-                return (found if found is not None else start) + 1
-            return start + 1
-        if loc[0] == "job":
-            if len(loc) > 1 and loc[1] == "worker":
-                headers = self._header_lines("[job.worker]")
-                if headers:
-                    if len(loc) > 2:
-                        found = self._key_after(headers[0], str(loc[2]))
-                        return (found if found is not None else headers[0]) + 1
-                    return headers[0] + 1
-            headers = self._header_lines("[job]")
-            if not headers:
-                return 1
-            if len(loc) > 1:
-                found = self._key_after(headers[0], str(loc[1]))
-                return (found if found is not None else headers[0]) + 1
-            return headers[0] + 1
-        pat = re.compile(r"^\s*\[*\s*" + re.escape(str(loc[0])) + r"\b")
-        for i, line in enumerate(self.lines):
-            if pat.match(line):
-                return i + 1
-        return 1

@@ -37,7 +37,7 @@ from store import (
 
 from . import chain
 from .errors import EXIT_USAGE, OrchestratorError, UsageError
-from .jobs import JobSpec, TaskInput, load_job
+from .jobs import JobSpec, TaskInput, for_one_run, load_job
 from .outcomes import AskOutcome, JobOutcome
 from .runtime import JobRuntime, check_message, create_lead, fork_point, job_of
 from .runtime.lead_tools import check_citations
@@ -204,18 +204,21 @@ class JobSession:
                 continue  # a spec this version cannot read: not this caller's lead
         return None
 
-    async def job_for(self, info: ThreadInfo) -> JobSpec:
+    async def job_for(self, info: ThreadInfo, knobs: Mapping[str, Any] | None = None) -> JobSpec:
         """The job a run of ``info`` belongs to: its lead's; a thread outside any job (imported,
-        say) runs in the current directory."""
+        say) runs in the current directory. ``knobs``: this run's own run options
+        (``jobs.for_one_run``)."""
         root = await self.lead_of(info)
         if root.kind == Kind.LEAD and (root.task or {}).get("job"):
-            return job_of(root)
-        return JobSpec(
-            name=root.title or root.ref,
-            goal="(continue the thread)",
-            model=info.model or "anthropic:claude-sonnet-4-5",
-            base_dir=str(Path.cwd()),
-        )
+            job = job_of(root)
+        else:
+            job = JobSpec(
+                name=root.title or root.ref,
+                goal="(continue the thread)",
+                model=info.model or "anthropic:claude-sonnet-4-5",
+                base_dir=str(Path.cwd()),
+            )
+        return for_one_run(job, **(knobs or {}))
 
     async def lead_of(self, info: ThreadInfo) -> ThreadInfo:
         return info if info.id == info.job_id else await self.store.get_thread(info.job_id)
@@ -273,22 +276,30 @@ class JobSession:
         *,
         model: str | None = None,
         refuse_running: bool = True,
+        knobs: Mapping[str, Any] | None = None,
     ) -> Run[JobOutcome]:
         """Continue a thread (its handoff chain's newest) with its whole history and ``message``;
         a lead's ref resumes the whole job: finished workers reused, interrupted ones resumed.
         What it would refuse (``check_resume``) is refused now, with nothing stored, as is
         (``refuse_running``) a thread that runs now — else a thread another runner holds is
-        refused by its lease when the run starts."""
+        refused by its lease when the run starts. ``knobs``: this run's own run options
+        (``jobs.RunKnobs``: the model-call knobs), for every thread it runs."""
         named = await self._idle(ref) if refuse_running else None
-        info = await self.check_resume(ref, message, model=model)
+        info = await self.check_resume(ref, message, model=model, knobs=knobs)
         if named is not None and info.id != named.id:
             info = await self._idle(info.ref)
         if model is not None:
             info = await self.store.update_thread(info.id, model=_canonical(model))
-        return self._start(info, info.job_id, self._run_existing(info, message=message))
+        run = self._run_existing(info, message=message, knobs=knobs)
+        return self._start(info, info.job_id, run)
 
     async def check_resume(
-        self, ref: str, message: str | None = None, *, model: str | None = None
+        self,
+        ref: str,
+        message: str | None = None,
+        *,
+        model: str | None = None,
+        knobs: Mapping[str, Any] | None = None,
     ) -> ThreadInfo:
         """Everything ``resume`` would refuse, refused now with nothing stored: a ref to a
         message or range (resume continues a thread from its end; ``fork`` branches off at a
@@ -302,7 +313,7 @@ class JobSession:
                 " branches off at that message"
             )
         info = await chain.newest(self.store, resolved.thread)  # handed off: its newest
-        await self._check(info, message, model, build=True)
+        await self._check(info, message, model, build=True, knobs=knobs)
         return info
 
     async def fork(
@@ -313,15 +324,21 @@ class JobSession:
         at: int | None = None,
         model: str | None = None,
         run: bool = True,
+        knobs: Mapping[str, Any] | None = None,
     ) -> Run[JobOutcome] | ThreadInfo:
         """A new thread sharing ``ref``'s history up to message ``at`` (else the ref's anchor,
         else the end), then ``message``; run unless ``run`` is False (then the fork is returned,
         idle; its model is then only parsed, not built: it may need a key the fork's run will
         have). A point past the end is the fork's to refuse (``ForkPointError``). The fork is
         the job's operation (``JobRuntime.fork``, the lead's ``fork_thread`` too): here it
-        hangs under no thread and is stored idle, with ``message``, whether it runs or not."""
+        hangs under no thread and is stored idle, with ``message``, whether it runs or not.
+        ``knobs``: the run's own run options (``resume``'s); a fork that does not run takes
+        none."""
+        if not run and any(v is not None for v in (knobs or {}).values()):
+            given = ", ".join(k for k, v in (knobs or {}).items() if v is not None)
+            raise UsageError(f"{given}: set for a run, and a fork that does not run has none")
         source, point = await fork_point(self.store, ref, at)
-        await self._check(source, message, model, build=run)  # built and reached when run
+        await self._check(source, message, model, build=run, knobs=knobs)
         rt = self._runtime(await self.job_for(source), source.job_id)
         spec = _canonical(model) if model is not None else None
         fork = await rt.fork(
@@ -329,28 +346,41 @@ class JobSession:
         )
         if not run:
             return fork
-        return self._start(fork, fork.job_id, self._run_existing(fork))
+        return self._start(fork, fork.job_id, self._run_existing(fork, knobs=knobs))
 
     async def _check(
-        self, info: ThreadInfo, message: str | None, model: str | None, *, build: bool
+        self,
+        info: ThreadInfo,
+        message: str | None,
+        model: str | None,
+        *,
+        build: bool,
+        knobs: Mapping[str, Any] | None = None,
     ) -> None:
         """A message that says something, a ``model`` spec that parses and (``build``) the
-        model a run of ``info`` would use built, its endpoint reached, then closed: what is bad
-        is refused (exit 2; 4 for the endpoint) before anything is stored."""
+        model a run of ``info`` would use (with the run's ``knobs``, held to their bounds)
+        built, its endpoint reached, then closed: what is bad is refused (exit 2; 4 for the
+        endpoint) before anything is stored."""
         check_message(message)
         spec = _canonical(model) if model is not None else None
         if not build:
             return
         from workers import preflight
 
-        rt = self.orch.runtime(await self.job_for(info), info.job_id)
+        rt = self.orch.runtime(await self.job_for(info, knobs), info.job_id)
         try:
             await preflight([rt.model_for(info, spec)])  # a dead endpoint: exit 4, as for run
         finally:
             await rt.aclose()
 
-    async def _run_existing(self, info: ThreadInfo, *, message: str | None = None) -> JobOutcome:
-        job = await self.job_for(info)
+    async def _run_existing(
+        self,
+        info: ThreadInfo,
+        *,
+        message: str | None = None,
+        knobs: Mapping[str, Any] | None = None,
+    ) -> JobOutcome:
+        job = await self.job_for(info, knobs)
         # what this run uses is counted from here: a resumed or forked thread's earlier turns,
         # and the rest of its job, were another run's
         before = await usage_by_thread(self.store, info.job_id)

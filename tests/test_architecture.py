@@ -6,11 +6,11 @@
   HTTP with ``httpx``;
 - inside ``orchestrator``, one way down: the front doors (``cli``, ``mcp``, ``web``) → ``api``
   (with ``session``, the job session that runs) → ``runtime`` → ``isolation``, with
-  ``errors``, ``views``, ``jobs`` and ``logging`` leaves that any layer may use: ``runtime``
-  imports no front door (nor ``api`` or ``session``), ``isolation`` neither
-  ``runtime`` nor a front door, a leaf nothing but a leaf, nothing below a front door
-  imports one, and no front door reaches the engine (``runtime``, ``isolation``) but through
-  ``api``, not even inside a function;
+  ``errors``, ``views``, ``jobs`` (with its ``tomllines``) and ``logging`` leaves that any
+  layer may use: ``runtime`` imports no front door (nor ``api`` or ``session``),
+  ``isolation`` neither ``runtime`` nor a front door, a leaf nothing but a leaf, nothing below
+  a front door imports one, and no front door reaches the engine (``runtime``,
+  ``isolation``) but through ``api``, not even inside a function;
 - no module imports another package's private module (``_x``, a module or a package, is
   private to the package that holds it: ``store._sqlite`` to ``store``, ``workers._tokens`` to
   ``workers``, ``orchestrator.cli._entry`` to ``orchestrator.cli``); a package hands on what
@@ -38,7 +38,13 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("store", "workers", "orchestrator", "migrations")
 
 FRONT_DOORS = ("orchestrator.cli", "orchestrator.mcp", "orchestrator.web", "orchestrator.__main__")
-LEAVES = ("orchestrator.errors", "orchestrator.views", "orchestrator.jobs", "orchestrator.logging")
+LEAVES = (
+    "orchestrator.errors",
+    "orchestrator.views",
+    "orchestrator.jobs",
+    "orchestrator.tomllines",
+    "orchestrator.logging",
+)
 ENGINE = ("orchestrator.runtime", "orchestrator.isolation")
 MAX_LINES = 650
 

@@ -244,8 +244,9 @@ def _json_after_command(ctx: click.Context, _param: click.Parameter, value: bool
 class Command(click.Command):
     """A threadloom command. Besides its own options it accepts ``--json`` after its name too
     (``threadloom ls --json`` means ``threadloom --json ls``). With ``run_options`` (``run``,
-    ``server``) the run options' flags (``run_flags``) join its own when click first asks for
-    them: ``threadloom --help`` lists the command without importing the job model."""
+    ``server``, ``thread``) the run options' flags (``run_flags``) join its own when click
+    first asks for them: ``threadloom --help`` lists the command without importing the job
+    model."""
 
     def __init__(self, *args: Any, run_options: str = "", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -271,12 +272,13 @@ class Command(click.Command):
 def run_flags(door: str) -> list[click.Parameter]:
     """The run options (``jobs.RUN_OPTIONS``) as flags, typed and bounded by their ``JobSpec``
     fields: ``run``'s replace the job file's values (unset: None), ``server``'s (``threadloom
-    mcp``) are the defaults of each client's job (a number's shown, a model's none)."""
+    mcp``) are the defaults of each client's job (a number's shown, a model's none),
+    ``thread``'s (``resume``, ``fork``) this run's values (unset: None)."""
     from ..jobs import RUN_OPTIONS, JobSpec
 
     flags: list[click.Parameter] = []
     for o in RUN_OPTIONS:
-        said = o.help if door == "run" else o.server
+        said = {"run": o.help, "server": o.server, "thread": o.thread}[door]
         if not said:
             continue
         field = JobSpec.model_fields[o.key]

@@ -334,25 +334,32 @@ def demo(ctx: click.Context, keep: str | None) -> None:
     )
 
 
-@command("resume")
+@command("resume", run_options="thread")
 @click.argument("ref")
 @click.argument("message", required=False)
 @click.option("--model", metavar="SPEC", help="Continue with this model.")
 @click.pass_context
-def resume(ctx: click.Context, ref: str, message: str | None, model: str | None) -> None:
+def resume(
+    ctx: click.Context, /, ref: str, message: str | None, model: str | None, **knobs: Any
+) -> None:
     """Continue a thread with its whole history, after appending MESSAGE (if given); the ref
     stays the same. A lead's ref resumes the whole job: finished workers are reused and
-    interrupted ones resumed. Without MESSAGE, a thread that ended cleanly has nothing to do."""
-    _on_thread(ctx, ref, model, lambda orch: orch.resume(ref, message, model=model), _run_output())
+    interrupted ones resumed. Without MESSAGE, a thread that ended cleanly has nothing to do.
+    --max-output-tokens and --request-timeout hold for every thread this run runs."""
+    _on_thread(
+        ctx, ref, model, lambda orch: orch.resume(ref, message, model=model, **knobs), _run_output()
+    )
 
 
-def run_fork(ctx: click.Context, ref: str, message: str | None, model: str | None) -> None:
+def run_fork(
+    ctx: click.Context, ref: str, message: str | None, model: str | None, knobs: dict[str, Any]
+) -> None:
     """The running path of ``threadloom fork`` (``--no-run`` lives with the command)."""
 
     async def go(orch: Orchestrator) -> JobOutcome:
         from ..outcomes import JobOutcome
 
-        out = await orch.fork(ref, message, model=model, run=True)
+        out = await orch.fork(ref, message, model=model, run=True, **knobs)
         assert isinstance(out, JobOutcome)
         return out
 

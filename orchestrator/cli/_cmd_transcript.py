@@ -233,21 +233,31 @@ async def _write_markdown(
 # ----------------------------------------------------------------- fork
 
 
-@command("fork", short_help="Fork a thread at a message (--no-run: only create it).")
+_FORK_HELP = "Fork a thread at a message (--no-run: only create it)."
+
+
+@command("fork", run_options="thread", short_help=_FORK_HELP)
 @click.argument("ref", metavar="REF[#N]")
 @click.argument("message", required=False)
 @click.option("--model", "model", metavar="SPEC", help="Model of the fork (default: REF's).")
 @click.option("--no-run", is_flag=True, help="Only create the fork (and append MESSAGE).")
 @click.pass_context
 def fork(
-    ctx: click.Context, ref: str, message: str | None, model: str | None, no_run: bool
+    ctx: click.Context,
+    /,
+    ref: str,
+    message: str | None,
+    model: str | None,
+    no_run: bool,
+    **knobs: Any,
 ) -> None:
     """Fork a thread: a new thread sharing REF's history up to message N (default: its end),
     then MESSAGE. REF itself is never changed.
 
     The fork references the history, it does not copy it. A fork point cannot fall between a
     tool call and its result. With --no-run the fork is only created (status idle), with
-    MESSAGE appended if given. --json: {ref, forked_from: {ref, at}, status}.
+    MESSAGE appended if given; --max-output-tokens and --request-timeout are for a fork that
+    runs. --json: {ref, forked_from: {ref, at}, status}.
     """
     from store import ThreadInfo, ThreadRef
 
@@ -257,8 +267,13 @@ def fork(
     if not no_run:
         from ._cmd_run import run_fork
 
-        run_fork(ctx, ref, message, model)
+        run_fork(ctx, ref, message, model, knobs)
         return
+    from ..jobs import RUN_OPTIONS
+
+    given = [o.flag for o in RUN_OPTIONS if knobs.get(o.key) is not None]
+    if given:
+        raise CliError(f"{', '.join(given)}: set for a run, and --no-run runs nothing")
 
     async def go(store: Store) -> Output:
         from ..api import Orchestrator

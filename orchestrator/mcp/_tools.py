@@ -13,6 +13,7 @@ wherever the thread came from.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, cast
@@ -68,17 +69,19 @@ F = TypeVar("F", bound=Callable[..., Any])
 KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
 
-def with_run_options(fn: F) -> F:
+def with_run_options(fn: F, *, door: Literal["mcp", "thread"] = "mcp") -> F:
     """``fn`` with its ``**options`` made the run options MCP takes (``jobs.RUN_OPTIONS``), before
     its keyword-only parameters: each optional (None: the server's default, else the job
-    file's), typed and bounded by its ``JobSpec`` field, a model's saying what a client may name."""
+    file's), typed and bounded by its ``JobSpec`` field, a model's saying what a client may name.
+    ``door``: ``run_job``'s options, or (``thread``) those of a run of a thread that exists."""
     sig = inspect.signature(fn, eval_str=True)
     own = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
     options = []
     for o in RUN_OPTIONS:
-        if o.mcp:
+        said = getattr(o, door)
+        if said:
             field = JobSpec.model_fields[o.key]
-            said = f"{o.mcp} {MODEL_FORMS}" if o.metavar == "SPEC" else o.mcp
+            said = f"{said} {MODEL_FORMS}" if o.metavar == "SPEC" else said
             kind = Annotated.__class_getitem__(  # type: ignore[attr-defined]
                 (cast(Any, field.annotation) | None, *field.metadata, Field(description=said))
             )
@@ -273,6 +276,7 @@ def register_tools(app: Threadloom) -> None:
             return answer({"answer": None, "citations": [], "reader": reader.ref, **entry})
 
     @tool(server, annotations=STARTS_WORK)
+    @functools.partial(with_run_options, door="thread")
     async def resume_thread(
         ref: Ref,
         message: Annotated[str, Field(min_length=1, description="What to do next")],
@@ -280,6 +284,7 @@ def register_tools(app: Threadloom) -> None:
         roots: ClientRoots,
         model: RunModel = None,
         wait_s: WaitSeconds = DEFAULT_WAIT_S,
+        **knobs: Any,
     ) -> CallToolResult:
         """Continue a thread with its whole history and this message; same ref. Returns its
         new result if it ends within wait_s, else its status (collect it with `wait`). It runs
@@ -288,10 +293,11 @@ def register_tools(app: Threadloom) -> None:
             await refuse_client_lead(ref)
             app.models(model)
             await confined(ref, roots)
-            info = await bg.resume(ref, message, model=model)
+            info = await bg.resume(ref, message, model=model, knobs=knobs)
             return answer(await one(info.ref, wait_s, ctx))
 
     @tool(server, annotations=STARTS_WORK)
+    @functools.partial(with_run_options, door="thread")
     async def fork_thread(
         ref: Ref,
         message: Annotated[str, Field(min_length=1, description="What the fork does differently")],
@@ -303,6 +309,7 @@ def register_tools(app: Threadloom) -> None:
         ] = False,
         model: RunModel = None,
         wait_s: WaitSeconds = DEFAULT_WAIT_S,
+        **knobs: Any,
     ) -> CallToolResult:
         """A new thread sharing ref's history up to message `at` (default: the end), then this
         message, run on (unless no_run) where ref works, which must lie within your roots. The
@@ -311,7 +318,7 @@ def register_tools(app: Threadloom) -> None:
             await refuse_client_lead(ref)
             app.models(model)
             await confined(ref, roots)
-            got = await bg.fork(ref, message, at=at, model=model, run=not no_run)
+            got = await bg.fork(ref, message, at=at, model=model, run=not no_run, knobs=knobs)
             fork = got.thread if isinstance(got, Run) else got
             entry = await one(fork.ref, 0 if no_run else wait_s, ctx)
             origin = fork.forked_from

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import Orchestrator, parse_job
-from store import Store
-from tests.e2e.conftest import Env, submit
+from store import NewMessage, Store
+from tests.e2e.conftest import Env, db_read, submit
 from tests.fakes.chat_api import FakeChatAPI
 from tests.fakes.messages_api import FakeMessagesAPI, scripted_responder
 from workers import Model, make_model
@@ -226,3 +226,68 @@ async def test_anthropic_request_timeout_reaches_the_sdk_through_the_model_facto
     assert given == [{"max_tokens": 99, "timeout": 0.2}]
     assert outcome.provider_failed and "timed out" in (outcome.error or ""), outcome.error
     assert len(sent) == 5 and {r["max_tokens"] for r in sent} == {99}
+
+
+# ----------------------------------------------------------------- a run of a thread that exists
+
+
+def loose_thread(env: Env, model: str) -> str:
+    """A thread outside any job (as an imported session is), on ``model``: its ref."""
+
+    async def make(store: Store) -> str:
+        info = await store.create_thread(
+            kind="worker", title="loose", model=model, messages=[NewMessage.user("Look around.")]
+        )
+        return info.ref
+
+    return str(db_read(env, make))
+
+
+def test_resume_and_fork_flags_set_this_runs_knobs_over_the_jobs_and_the_workers(
+    env: Env,
+) -> None:
+    """``[job.worker] max_output_tokens = 321`` is the worker's; ``resume --max-output-tokens``
+    and ``fork --max-output-tokens`` replace it for their run, and a later plain resume is
+    back to the job's."""
+    with FakeChatAPI() as api:
+        api.respond_with(chat_responder)
+        job = openai_job(env, api, "again", worker="max_output_tokens = 321")
+        ran = env.run("--json", "run", str(job))
+        assert ran.code == 0, ran.stderr
+        worker = ran.json["workers"][0]["ref"]
+        runs = [("resume", worker, "Look again.", "--max-output-tokens", "77")]
+        runs += [("fork", f"{worker}#1", "Look elsewhere.", "--max-output-tokens", "55")]
+        runs += [("resume", worker, "Once more.")]
+        seen = []
+        for args in runs:
+            before = len(api.chat_requests)
+            res = env.run("--json", *args)
+            assert res.code == 0, (args, res.stderr)
+            seen.append(max_tokens_by_thread(api.chat_requests[before:]))
+    assert seen == [{"worker": {77}}, {"worker": {55}}, {"worker": {321}}]
+
+
+def test_resume_of_a_thread_outside_any_job_takes_the_request_timeout_flag(env: Env) -> None:
+    """A thread outside any job has no job file to say ``request_timeout_s`` in: the flag cuts
+    a slow answer (the provider's default, 300 s, would outlast the subprocess's 50)."""
+    with FakeChatAPI() as api:
+        ref = loose_thread(env, f"openai:m@{api.base_url}")
+        api.inject("slow", times=20, delay_s=60)
+        res = env.run("--json", "resume", ref, "Go on.", "--request-timeout", "0.2", timeout=50)
+    assert res.code == 4, (res.code, res.stderr)
+    assert re.search(r"timed out|timeout", res.stderr.strip().splitlines()[-1]), res.stderr
+
+
+def test_run_knob_flags_of_resume_and_fork_are_refused_when_bad_or_idle(env: Env) -> None:
+    ref = loose_thread(env, "openai:m@http://127.0.0.1:9/v1")
+    for args in (
+        ("resume", ref, "Go on.", "--request-timeout", "0"),
+        ("fork", ref, "Go on.", "--max-output-tokens", "0"),
+        ("fork", ref, "Go on.", "--no-run", "--request-timeout", "5"),
+    ):
+        res = env.run(*args)
+        assert res.code == 2, (args, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        assert args[-2] in lines[-1] and len(lines) == 1, res.stderr
+    threads = db_read(env, lambda s: s.list_threads())
+    assert [(t.ref, t.head_seq) for t in threads] == [(ref, 1)]  # nothing stored by a refusal

@@ -17,6 +17,7 @@ from orchestrator import JobSpec, Orchestrator, parse_job
 from orchestrator.errors import JobFileError
 from orchestrator.mcp import Settings, Threadloom, _answers
 from store import Kind, Status
+from tests.fakes.chat_api import FakeChatAPI
 
 from .conftest import Serve, Setup, client, data, text
 
@@ -445,3 +446,33 @@ async def test_resume_and_fork_with_a_short_wait_report_the_run_not_the_status_b
         got = data(await c.call_tool("wait", {"refs": [a, forked["ref"]], "timeout_s": 30}))
     assert got["pending"] == []
     assert [w["result"]["summary"] for w in got["workers"]] == ["did it again"] * 2
+
+
+async def test_resume_and_fork_take_this_runs_model_call_knobs(serve: Serve) -> None:
+    """``resume_thread``/``fork_thread`` take the run options of a run of a thread that exists
+    (``RunOption.thread``), bounded as the job file's keys; they reach the provider's request."""
+    with FakeChatAPI() as api:
+        api.respond_with(lambda request: {"content": "looked"})
+        async with serve(model=f"openai:m@{api.base_url}") as app, client(app) as c:
+            tools = {t.name: t for t in (await c.list_tools()).tools}
+            for name in ("resume_thread", "fork_thread"):
+                props = tools[name].input_schema["properties"]
+                assert props["max_output_tokens"]["anyOf"][0]["minimum"] == 1, props
+                assert props["request_timeout_s"]["anyOf"][0]["exclusiveMinimum"] == 0, props
+            out = data(await c.call_tool("dispatch", {"tasks": [task("a")], "wait_s": 20}))
+            ref = out["workers"][0]["ref"]
+            default = {r["max_tokens"] for r in api.chat_requests}
+            seen = []
+            for name, args in (
+                ("resume_thread", {"ref": ref, "message": "again", "max_output_tokens": 77}),
+                ("fork_thread", {"ref": ref, "message": "other", "max_output_tokens": 55}),
+                ("resume_thread", {"ref": ref, "message": "once more"}),
+            ):
+                before = len(api.chat_requests)
+                data(await c.call_tool(name, {**args, "wait_s": 20}))
+                seen.append({r["max_tokens"] for r in api.chat_requests[before:]})
+            bad = await c.call_tool(
+                "resume_thread", {"ref": ref, "message": "m", "request_timeout_s": 0}
+            )
+    assert seen == [{77}, {55}, default] and default != {77}, seen
+    assert bad.is_error and "request_timeout_s" in text(bad)

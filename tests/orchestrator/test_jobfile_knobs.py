@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator import load_job
+from orchestrator.errors import UsageError
+from orchestrator.jobs import for_one_run
 from orchestrator.runtime.threads import create_lead, job_of
 from store import Kind, NewMessage, Store
 from tests.orchestrator.test_jobfile_places import error_of, write
@@ -152,3 +154,21 @@ async def test_a_job_stored_before_the_knobs_existed_still_loads(tmp_path: Path)
         await store.close()
     assert old.model_options(worker=False) == {} == old.model_options(worker=True)
     assert old.name == "j"
+
+
+def test_one_runs_knobs_replace_the_jobs_and_the_workers_values(tmp_path: Path) -> None:
+    """``resume``/``fork`` flags (``for_one_run``): for every thread of the run, the workers'
+    own ``[job.worker]`` values included; unset ones change nothing; bad ones are refused."""
+    worker = "\n[job.worker]\nmax_output_tokens = 321\nrequest_timeout_s = 40\n"
+    spec = load_job(write(tmp_path, HEAD + "max_output_tokens = 2048\n" + worker))
+    run = for_one_run(spec, max_output_tokens=77, request_timeout_s=None)
+    assert run.model_options(worker=False) == {"max_tokens": 77}
+    assert run.model_options(worker=True) == {"max_tokens": 77, "timeout": 40.0}
+    assert for_one_run(spec) is spec and for_one_run(spec, request_timeout_s=None) is spec
+    for knobs, said in (
+        ({"request_timeout_s": 0}, "request_timeout_s: Input should be greater than 0"),
+        ({"max_output_tokens": "many"}, "max_output_tokens: Input should be a valid integer"),
+        ({"budget_tokens": 5}, "budget_tokens: Extra inputs are not permitted"),
+    ):
+        with pytest.raises(UsageError, match=said):
+            for_one_run(spec, **knobs)
