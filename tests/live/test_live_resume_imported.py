@@ -8,7 +8,9 @@ Only what a real model can be held to is asserted: the resume is accepted by the
 provider error), ends in a terminal status, keeps its ref, appends only, and the thread was run
 as a worker of the directory it was resumed in. Whether the model called ``bash`` (and what it
 said) is printed, never asserted: small local models often answer from memory instead of calling
-a tool."""
+a tool. ``THREADLOOM_LIVE_REQUEST_TIMEOUT_S`` and ``THREADLOOM_LIVE_MAX_OUTPUT_TOKENS`` reach the
+resume as its ``--request-timeout`` and ``--max-output-tokens`` (an imported thread has no job
+file to say them in)."""
 
 from __future__ import annotations
 
@@ -57,7 +59,12 @@ def test_a_real_imported_session_resumes_on_the_live_model(name: str, tmp_path: 
     (tmp_path / "ws" / "hello.py").write_text('print("hello")\n')
     ref = cli(tmp_path, "import", str(path))["ref"]
     shown = cli(tmp_path, "show", ref)
-    out = cli(tmp_path, "resume", ref, MESSAGE, "--model", spec)
+    knobs = []
+    if timeout := os.environ.get("THREADLOOM_LIVE_REQUEST_TIMEOUT_S"):
+        knobs += ["--request-timeout", timeout]
+    if tokens := os.environ.get("THREADLOOM_LIVE_MAX_OUTPUT_TOKENS"):
+        knobs += ["--max-output-tokens", tokens]
+    out = cli(tmp_path, "resume", ref, MESSAGE, "--model", spec, *knobs)
     after = cli(tmp_path, "show", ref)
     assert out["ref"] == ref and out["status"] in {"done", "failed", "interrupted"}
     assert "model provider failed" not in (out.get("error") or ""), out["error"]
