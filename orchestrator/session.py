@@ -334,9 +334,10 @@ class JobSession:
         hangs under no thread and is stored idle, with ``message``, whether it runs or not.
         ``knobs``: the run's own run options (``resume``'s); a fork that does not run takes
         none."""
-        if not run and any(v is not None for v in (knobs or {}).values()):
-            given = ", ".join(k for k, v in (knobs or {}).items() if v is not None)
-            raise UsageError(f"{given}: set for a run, and a fork that does not run has none")
+        given = [k for k, v in (knobs or {}).items() if v is not None]
+        if given and not run:
+            said = ", ".join(given)
+            raise UsageError(f"{said}: set for a run, and a fork that does not run has none")
         source, point = await fork_point(self.store, ref, at)
         await self._check(source, message, model, build=run, knobs=knobs)
         rt = self._runtime(await self.job_for(source), source.job_id)
