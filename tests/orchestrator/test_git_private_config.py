@@ -86,7 +86,11 @@ async def test_a_filter_planted_just_before_the_checkpoint_starts_never_runs(
     assert any("add" in a and "-A" in a for a in seen), "the checkpoint never ran git add"
     assert not marker.exists(), "threadloom's checkpoint ran a filter planted as it started"
     assert commit is not None and run_git(repo, "show", f"{commit}:new.txt") == "changed\n"
-    # the repository's own git does read it (the plant is real, not a no-op)
+    # the repository's own git does read it (the plant is real, not a no-op): a changed file
+    # (another size), so that git must clean it. An unchanged one is cleaned again only when
+    # git's index write smudged it as racily clean (file and index in the same second), so
+    # this proof failed whenever the checkpoint's index write crossed a second (seen in CI)
+    (path / "new.txt").write_text("changed again\n")
     run_git(path, "add", "-A")
     assert marker.exists()
 
